@@ -1,0 +1,15 @@
+// GateLoop (real-valued): a data-controlled key-vector gate sigmoid(g).
+!key = tensor<128xf32, #linac.key>
+!value = tensor<128xf32, #linac.value>
+!state = !linac.state<128x128>
+
+linac.layer @gateloop(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %g : !key) {
+  %neg = arith.negf %g : !key
+  %sp = linac.softplus %neg : !key
+  %log_a = arith.negf %sp : !key
+  %S1 = linac.decay %S key(%log_a : !key) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}

@@ -6,7 +6,6 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallPtrSet.h"
-#include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
 using namespace linac;
@@ -164,7 +163,6 @@ static LogicalResult verifySignature(LayerOp layer) {
            << layer.getState().getType();
   StateType state = layer.getStateType();
 
-  llvm::StringSet<> seen;
   for (BlockArgument arg : body.getArguments().drop_front()) {
     StringRef name = layer.getArgumentName(arg);
     StringRef role = layer.isParam(arg) ? "parameter" : "input";
@@ -175,9 +173,6 @@ static LogicalResult verifySignature(LayerOp layer) {
       return layer.emitOpError()
              << role << " name '" << name
              << "' is reserved for a runtime argument";
-    if (!seen.insert(name).second)
-      return layer.emitOpError()
-             << "argument name '" << name << "' is used twice";
     Type type = arg.getType();
     bool allowed = type.isF32() || isKeyVector(type) || isValueVector(type) ||
                    (!layer.isParam(arg) && isMatrixGate(type));
@@ -196,9 +191,11 @@ static LogicalResult verifySignature(LayerOp layer) {
   return success();
 }
 
-/// Every state value must be consumed exactly once, by a transition or the
+/// Every state value must be consumed at most once, by a transition or the
 /// yield, so that the step is one chain from the incoming state to the yield.
-/// Reads look at a state without consuming it.
+/// Reads look at a state without consuming it. A state that is never consumed
+/// implies another that is consumed twice, since every state descends from
+/// the incoming one and the yield takes one.
 static LogicalResult verifyStateThreading(LayerOp layer) {
   SmallVector<Value> states{layer.getState()};
   for (Operation &op : layer.getBody().front())
@@ -209,15 +206,12 @@ static LogicalResult verifyStateThreading(LayerOp layer) {
     auto uses = llvm::count_if(state.getUsers(), [](Operation *user) {
       return !isa<ReadOp>(user);
     });
-    if (uses == 1)
+    if (uses <= 1)
       continue;
-    InFlightDiagnostic diag =
-        uses == 0 ? layer.emitOpError("state is dropped: it is neither "
-                                      "transformed further nor yielded")
-                  : layer.emitOpError()
-                        << "state is used " << uses
-                        << " times; thread it through one chain of "
-                           "transitions";
+    InFlightDiagnostic diag = layer.emitOpError()
+                              << "state is used " << uses
+                              << " times; thread it through one chain of "
+                                 "transitions";
     if (Operation *def = state.getDefiningOp())
       diag.attachNote(def->getLoc()) << "state defined here";
     return diag;
@@ -225,8 +219,10 @@ static LogicalResult verifyStateThreading(LayerOp layer) {
   return success();
 }
 
+LogicalResult LayerOp::verify() { return verifySignature(*this); }
+
 LogicalResult LayerOp::verifyRegions() {
-  if (failed(verifySignature(*this)) || failed(verifyStateThreading(*this)))
+  if (failed(verifyStateThreading(*this)))
     return failure();
 
   SmallVector<ReadOp> reads(getBody().getOps<ReadOp>());
@@ -260,11 +256,6 @@ LogicalResult LayerOp::verifyRegions() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult YieldOp::verify() {
-  auto layer = cast<LayerOp>((*this)->getParentOp());
-  Type layerState = layer.getState().getType();
-  if (getState().getType() != layerState)
-    return emitOpError() << "yields a state of type " << getState().getType()
-                         << " but the layer's state is " << layerState;
   return checkLength(*this, getOutput(), stateTypeOf(getState()), "output");
 }
 

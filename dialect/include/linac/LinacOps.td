@@ -37,6 +37,7 @@ def Linac_LayerOp : Linac_Op<"layer", [
                        StrArrayAttr:$param_names);
   let regions = (region SizedRegion<1>:$body);
   let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
   let hasRegionVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::BlockArgument getState() { return getBody().getArgument(0); }

@@ -1,0 +1,221 @@
+//===- npy.cpp - NumPy .npy array files ------------------------------------===//
+
+#include "linac/npy.h"
+
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace linac {
+
+static constexpr char kMagic[] = "\x93NUMPY";
+static constexpr size_t kMagicSize = 6;
+
+size_t dtypeSize(DType dtype) {
+  switch (dtype) {
+  case DType::Float32:
+  case DType::Int32:
+    return 4;
+  case DType::Float64:
+  case DType::Int64:
+    return 8;
+  }
+  return 0;
+}
+
+const char *dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::Float32:
+    return "float32";
+  case DType::Float64:
+    return "float64";
+  case DType::Int32:
+    return "int32";
+  case DType::Int64:
+    return "int64";
+  }
+  return "?";
+}
+
+static const char *descrOf(DType dtype) {
+  switch (dtype) {
+  case DType::Float32:
+    return "<f4";
+  case DType::Float64:
+    return "<f8";
+  case DType::Int32:
+    return "<i4";
+  case DType::Int64:
+    return "<i8";
+  }
+  return "?";
+}
+
+int64_t NpyArray::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+std::string NpyArray::shapeString() const {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+template <typename T> static T load(const uint8_t *p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+std::vector<float> NpyArray::toFloat() const {
+  std::vector<float> out(numElements());
+  const uint8_t *p = bytes.data();
+  size_t step = dtypeSize(dtype);
+  for (size_t i = 0; i < out.size(); ++i, p += step) {
+    switch (dtype) {
+    case DType::Float32:
+      out[i] = load<float>(p);
+      break;
+    case DType::Float64:
+      out[i] = static_cast<float>(load<double>(p));
+      break;
+    case DType::Int32:
+      out[i] = static_cast<float>(load<int32_t>(p));
+      break;
+    case DType::Int64:
+      out[i] = static_cast<float>(load<int64_t>(p));
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> NpyArray::toInt64() const {
+  if (dtype != DType::Int32 && dtype != DType::Int64)
+    throw NpyError(std::string("expected an integer array, got ") +
+                   dtypeName(dtype));
+  std::vector<int64_t> out(numElements());
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = dtype == DType::Int32 ? load<int32_t>(bytes.data() + 4 * i)
+                                   : load<int64_t>(bytes.data() + 8 * i);
+  return out;
+}
+
+static DType parseDescr(const std::string &descr, const std::string &path) {
+  if (descr == "<f4" || descr == "f4")
+    return DType::Float32;
+  if (descr == "<f8" || descr == "f8")
+    return DType::Float64;
+  if (descr == "<i4" || descr == "i4")
+    return DType::Int32;
+  if (descr == "<i8" || descr == "i8")
+    return DType::Int64;
+  throw NpyError(path + ": unsupported dtype '" + descr +
+                 "' (expected float32, float64, int32 or int64, little-endian)");
+}
+
+NpyArray readNpy(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw NpyError(path + ": cannot open");
+  char magic[kMagicSize + 2];
+  if (!in.read(magic, sizeof(magic)) ||
+      std::memcmp(magic, kMagic, kMagicSize) != 0)
+    throw NpyError(path + ": not a .npy file");
+  uint32_t headerLen = 0;
+  int major = static_cast<unsigned char>(magic[kMagicSize]);
+  if (major == 1) {
+    uint8_t len[2];
+    in.read(reinterpret_cast<char *>(len), 2);
+    headerLen = len[0] | (len[1] << 8);
+  } else if (major == 2 || major == 3) {
+    uint8_t len[4];
+    in.read(reinterpret_cast<char *>(len), 4);
+    headerLen = len[0] | (len[1] << 8) | (len[2] << 16) | (uint32_t(len[3]) << 24);
+  } else {
+    throw NpyError(path + ": unsupported .npy version " + std::to_string(major));
+  }
+  if (!in || headerLen > (1u << 20))
+    throw NpyError(path + ": truncated or oversized header");
+  std::string header(headerLen, '\0');
+  if (!in.read(header.data(), headerLen))
+    throw NpyError(path + ": truncated header");
+
+  static const std::regex descrRe(R"('descr'\s*:\s*'([^']*)')");
+  static const std::regex orderRe(R"('fortran_order'\s*:\s*(True|False))");
+  static const std::regex shapeRe(R"('shape'\s*:\s*\(([^)]*)\))");
+  std::smatch m;
+  NpyArray array;
+  if (!std::regex_search(header, m, descrRe))
+    throw NpyError(path + ": header has no 'descr'");
+  array.dtype = parseDescr(m[1], path);
+  if (!std::regex_search(header, m, orderRe))
+    throw NpyError(path + ": header has no 'fortran_order'");
+  if (m[1] == "True")
+    throw NpyError(path + ": Fortran-order arrays are not supported; save in C order");
+  if (!std::regex_search(header, m, shapeRe))
+    throw NpyError(path + ": header has no 'shape'");
+  std::stringstream dims(m[1]);
+  std::string dim;
+  while (std::getline(dims, dim, ',')) {
+    if (dim.find_first_not_of(" \t") == std::string::npos)
+      continue;
+    try {
+      size_t used = 0;
+      long long value = std::stoll(dim, &used);
+      if (value < 0)
+        throw NpyError(path + ": negative dimension");
+      array.shape.push_back(value);
+    } catch (const std::logic_error &) {
+      throw NpyError(path + ": malformed shape '" + std::string(m[1]) + "'");
+    }
+  }
+  size_t size = static_cast<size_t>(array.numElements()) * dtypeSize(array.dtype);
+  array.bytes.resize(size);
+  if (size && !in.read(reinterpret_cast<char *>(array.bytes.data()), size))
+    throw NpyError(path + ": file holds fewer elements than its shape " +
+                   array.shapeString() + " needs");
+  return array;
+}
+
+void writeNpy(const std::string &path, const NpyArray &array) {
+  std::string header = std::string("{'descr': '") + descrOf(array.dtype) +
+                       "', 'fortran_order': False, 'shape': " +
+                       array.shapeString() + ", }";
+  // Pad so that the data starts on a 64-byte boundary, ending in '\n'.
+  size_t total = kMagicSize + 2 + 2 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out)
+    throw NpyError(path + ": cannot write");
+  uint16_t len = static_cast<uint16_t>(header.size());
+  out.write(kMagic, kMagicSize);
+  out.put(1);
+  out.put(0);
+  out.put(static_cast<char>(len & 0xff));
+  out.put(static_cast<char>(len >> 8));
+  out << header;
+  out.write(reinterpret_cast<const char *>(array.bytes.data()), array.bytes.size());
+  if (!out)
+    throw NpyError(path + ": write failed");
+}
+
+NpyArray makeFloat32(std::vector<int64_t> shape, const std::vector<float> &values) {
+  NpyArray array;
+  array.dtype = DType::Float32;
+  array.shape = std::move(shape);
+  if (static_cast<int64_t>(values.size()) != array.numElements())
+    throw NpyError("makeFloat32: " + std::to_string(values.size()) +
+                   " values for shape " + array.shapeString());
+  array.bytes.resize(values.size() * sizeof(float));
+  std::memcpy(array.bytes.data(), values.data(), array.bytes.size());
+  return array;
+}
+
+} // namespace linac

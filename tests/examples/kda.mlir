@@ -1,0 +1,12 @@
+// Parses, verifies and round-trips examples/kda.mlir.
+// RUN: linac-opt %examples/kda.mlir > %t.1.mlir
+// RUN: linac-opt %t.1.mlir > %t.2.mlir
+// RUN: diff %t.1.mlir %t.2.mlir
+// RUN: FileCheck %s --input-file %t.1.mlir
+
+// CHECK-LABEL: linac.layer @kda(%S: !linac.state<128x128>) inputs(%q: !key, %k: !key, %v: !value, %g: !key, %b: f32) params(%A_log: f32, %dt_bias: !key)
+// CHECK: %{{[0-9]+}} = linac.decay %S key(%{{[0-9]+}} : !key) : !linac.state<128x128>
+// CHECK: %{{[0-9]+}} = linac.erase %{{[0-9]+}}, %{{[0-9]+}} strength(%{{[0-9]+}} : f32) : !linac.state<128x128>, !key
+// CHECK: %{{[0-9]+}} = linac.write %{{[0-9]+}}, %{{[0-9]+}}, %v strength(%{{[0-9]+}} : f32) : !linac.state<128x128>, !key, !value
+// CHECK: %{{[0-9]+}} = linac.read %{{[0-9]+}}, %{{[0-9]+}} : !linac.state<128x128>, !key -> !value
+// CHECK: linac.yield %{{[0-9]+}}, %{{[0-9]+}} : !linac.state<128x128>, !value

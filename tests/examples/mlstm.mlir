@@ -1,0 +1,11 @@
+// Parses, verifies and round-trips examples/mlstm.mlir.
+// RUN: linac-opt %examples/mlstm.mlir > %t.1.mlir
+// RUN: linac-opt %t.1.mlir > %t.2.mlir
+// RUN: diff %t.1.mlir %t.2.mlir
+// RUN: FileCheck %s --input-file %t.1.mlir
+
+// CHECK-LABEL: linac.layer @mlstm(%S: !linac.state<128x128, normalized>) inputs(%q: !key, %k: !key, %v: !value, %i: f32, %f: f32)
+// CHECK: %{{[0-9]+}} = linac.decay %S key(%{{[0-9]+}} : f32) : !linac.state<128x128, normalized>
+// CHECK: %{{[0-9]+}} = linac.write %{{[0-9]+}}, %k, %v strength(%{{[0-9]+}} : f32) : !linac.state<128x128, normalized>, !key, !value
+// CHECK: %{{[0-9]+}} = linac.read %{{[0-9]+}}, %q normalized : !linac.state<128x128, normalized>, !key -> !value
+// CHECK: linac.yield %{{[0-9]+}}, %{{[0-9]+}} : !linac.state<128x128, normalized>, !value

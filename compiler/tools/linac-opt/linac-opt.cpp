@@ -5,12 +5,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "linac/Compiler/Passes.h"
 #include "linac/Linac.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
 int main(int argc, char **argv) {
+  linac::registerLinacPasses();
   mlir::DialectRegistry registry;
   registry.insert<linac::LinacDialect, mlir::arith::ArithDialect,
                   mlir::math::MathDialect>();

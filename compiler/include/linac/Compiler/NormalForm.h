@@ -1,0 +1,60 @@
+//===- NormalForm.h - a layer's normal form ---------------------*- C++ -*-===//
+//
+// DESIGN.md section 3: every chunkable step reduces to
+//   S_t = (I - k_t e_t^T) D_k,t S_{t-1} D_v,t + k_t u_t^T,  o_t = read(S_t, q_t)
+// This analysis finds the SSA values that play each role in a layer's body,
+// or says which op keeps the body out of that form.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_COMPILER_NORMALFORM_H
+#define LINAC_COMPILER_NORMALFORM_H
+
+#include "linac/Linac.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <string>
+
+namespace linac {
+
+enum class KeyDecayKind { None, Fixed, Scalar, Vector };
+enum class StrengthKind { None, Scalar, Vector };
+
+llvm::StringRef stringifyKeyDecay(KeyDecayKind kind);
+llvm::StringRef stringifyStrength(StrengthKind kind);
+
+struct NormalForm {
+  /// Log-gates whose sum is the key-side / value-side log-decay.
+  llvm::SmallVector<mlir::Value> keyGates, valueGates;
+  KeyDecayKind keyDecay = KeyDecayKind::None;
+  bool valueDecay = false;
+
+  mlir::Value key, value, query;
+  /// Erase strength (e = strength (.) k) and write strength (u = strength v).
+  mlir::Value eraseStrength, writeStrength;
+  StrengthKind erase = StrengthKind::None;
+  StrengthKind write = StrengthKind::None;
+
+  ReadOp read;
+  /// The read sees the state before the token's transitions.
+  bool readBefore = false;
+  bool normalizer = false;
+
+  /// False when the body is outside the form; `blocker` is the op that
+  /// breaks it and `reason` says how.
+  bool chunkable = true;
+  mlir::Operation *blocker = nullptr;
+  std::string reason;
+};
+
+/// Derives the normal form of a verified layer.
+NormalForm deriveNormalForm(LayerOp layer);
+
+/// True if `value` is the same for every token: it depends only on
+/// parameters, the head index and constants.
+bool isPerHead(LayerOp layer, mlir::Value value);
+
+} // namespace linac
+
+#endif // LINAC_COMPILER_NORMALFORM_H

@@ -1,0 +1,43 @@
+//===- Passes.td - linac compiler passes -------------------*- tablegen -*-===//
+
+#ifndef LINAC_COMPILER_PASSES_TD
+#define LINAC_COMPILER_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def LinacNormalize : Pass<"linac-normalize", "::mlir::ModuleOp"> {
+  let summary = "Derive each layer's normal form";
+  let description = [{
+    Records on every `linac.layer` a `linac.normal_form` dictionary: the
+    key-side decay (none, fixed, scalar, vector), the value-side decay, the
+    erase and write strengths (none, scalar, vector), where the read sits
+    (after or before the transitions), whether a normaliser is carried, and
+    whether the body is chunkable. A body outside the form gets a remark
+    naming the op that breaks it and will run as a recurrent scan; with
+    `require-chunkable` that is an error instead.
+  }];
+  let options = [
+    Option<"requireChunkable", "require-chunkable", "bool", "false",
+           "Reject bodies outside the normal form instead of falling back "
+           "to the recurrent scan">,
+  ];
+}
+
+def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
+  let summary = "Choose the algorithm, chunking, numerics and launch shape";
+  let description = [{
+    Records on every normalised `linac.layer` a `linac.plan` dictionary: the
+    algorithm family (`chunkwise`, `delta_chunkwise`, `recurrent`), the chunk
+    size, the numerics of the gates (`none`, `scalar_tile` when a scalar
+    log-gate difference is formed on the whole C x C tile, `pairwise` when
+    each key channel's difference is exponentiated per pair, `subchunk`
+    with its size on GPUs), and the target's tiles and launch shape.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "\"cpu\"",
+           "Target to plan for: cpu, sm_90a or sm_80">,
+  ];
+  let dependentDialects = ["::linac::LinacDialect"];
+}
+
+#endif // LINAC_COMPILER_PASSES_TD

@@ -1,0 +1,166 @@
+//===- NormalForm.cpp - derive a layer's normal form ----------------------===//
+
+#include "linac/Compiler/NormalForm.h"
+
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace linac;
+
+StringRef linac::stringifyKeyDecay(KeyDecayKind kind) {
+  switch (kind) {
+  case KeyDecayKind::None:
+    return "none";
+  case KeyDecayKind::Fixed:
+    return "fixed";
+  case KeyDecayKind::Scalar:
+    return "scalar";
+  case KeyDecayKind::Vector:
+    return "vector";
+  }
+  llvm_unreachable("unknown key decay");
+}
+
+StringRef linac::stringifyStrength(StrengthKind kind) {
+  switch (kind) {
+  case StrengthKind::None:
+    return "none";
+  case StrengthKind::Scalar:
+    return "scalar";
+  case StrengthKind::Vector:
+    return "vector";
+  }
+  llvm_unreachable("unknown strength");
+}
+
+bool linac::isPerHead(LayerOp layer, Value value) {
+  SmallVector<Value> worklist{value};
+  llvm::SmallPtrSet<Value, 16> visited;
+  while (!worklist.empty()) {
+    Value current = worklist.pop_back_val();
+    if (!visited.insert(current).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(current)) {
+      if (!layer.isParam(arg))
+        return false;
+      continue;
+    }
+    llvm::append_range(worklist, current.getDefiningOp()->getOperands());
+  }
+  return true;
+}
+
+static StrengthKind strengthKindOf(Value strength) {
+  if (!strength)
+    return StrengthKind::None;
+  return strength.getType().isF32() ? StrengthKind::Scalar
+                                    : StrengthKind::Vector;
+}
+
+/// The transitions from the incoming state to the yield, in order.
+static SmallVector<Operation *> stateChain(LayerOp layer) {
+  SmallVector<Operation *> chain;
+  Value state = layer.getState();
+  while (true) {
+    auto consumer = llvm::find_if(state.getUsers(), [](Operation *user) {
+      return !isa<ReadOp>(user);
+    });
+    Operation *op = *consumer;
+    if (isa<YieldOp>(op))
+      return chain;
+    chain.push_back(op);
+    state = op->getResult(0);
+  }
+}
+
+static NormalForm outside(NormalForm form, Operation *blocker,
+                          std::string reason) {
+  form.chunkable = false;
+  form.blocker = blocker;
+  form.reason = std::move(reason);
+  return form;
+}
+
+NormalForm linac::deriveNormalForm(LayerOp layer) {
+  NormalForm form;
+  form.normalizer = layer.getStateType().getNormalized();
+  form.read = *layer.getBody().getOps<ReadOp>().begin();
+  form.query = form.read.getQuery();
+
+  SmallVector<Operation *> chain = stateChain(layer);
+  // Where the read sits: 0 is before every transition.
+  Value readState = form.read.getState();
+  size_t readPosition =
+      readState == layer.getState()
+          ? 0
+          : llvm::find(chain, readState.getDefiningOp()) - chain.begin() + 1;
+  if (readPosition != 0 && readPosition != chain.size())
+    return outside(form, form.read,
+                   "the read sits between two transitions; the normal form "
+                   "reads before or after all of them");
+  form.readBefore = readPosition == 0 && !chain.empty();
+
+  // The normal form's order: decays, at most one erase, one write.
+  enum Stage { Decays, Erased, Written } stage = Decays;
+  EraseOp erase;
+  for (Operation *op : chain) {
+    if (auto matrix = dyn_cast<MatrixGateOp>(op))
+      return outside(form, op,
+                     "a full matrix gate has no chunkwise form");
+    if (auto decay = dyn_cast<DecayOp>(op)) {
+      if (stage != Decays)
+        return outside(form, op,
+                       "a decay after an erase or write is outside the "
+                       "normal form (decays come first)");
+      if (Value gate = decay.getKeyGate())
+        form.keyGates.push_back(gate);
+      if (Value gate = decay.getValueGate())
+        form.valueGates.push_back(gate);
+      continue;
+    }
+    if (auto eraseOp = dyn_cast<EraseOp>(op)) {
+      if (stage != Decays)
+        return outside(form, op,
+                       "a second erase, or an erase after the write, is "
+                       "outside the normal form");
+      erase = eraseOp;
+      stage = Erased;
+      continue;
+    }
+    auto write = cast<WriteOp>(op);
+    if (stage == Written)
+      return outside(form, op, "a second write is outside the normal form");
+    form.key = write.getKey();
+    form.value = write.getValue();
+    form.writeStrength = write.getStrength();
+    stage = Written;
+  }
+  if (stage != Written)
+    return outside(form, chain.empty() ? form.read.getOperation()
+                                       : chain.back(),
+                   "the step never writes; the normal form ends in a write");
+  if (erase) {
+    if (erase.getKey() != form.key)
+      return outside(form, erase,
+                     "the erase key differs from the write key; the delta "
+                     "rule's normal form erases along the written key");
+    form.eraseStrength = erase.getStrength();
+  }
+
+  form.erase = strengthKindOf(form.eraseStrength);
+  form.write = strengthKindOf(form.writeStrength);
+  form.valueDecay = !form.valueGates.empty();
+  if (form.keyGates.empty()) {
+    form.keyDecay = KeyDecayKind::None;
+  } else if (llvm::any_of(form.keyGates,
+                          [](Value g) { return !g.getType().isF32(); })) {
+    form.keyDecay = KeyDecayKind::Vector;
+  } else {
+    form.keyDecay = llvm::all_of(form.keyGates,
+                                 [&](Value g) { return isPerHead(layer, g); })
+                        ? KeyDecayKind::Fixed
+                        : KeyDecayKind::Scalar;
+  }
+  return form;
+}

@@ -1,0 +1,118 @@
+//===- Passes.cpp - the normalize and plan passes -------------------------===//
+
+#include "linac/Compiler/Passes.h"
+#include "linac/Compiler/NormalForm.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+
+namespace linac {
+#define GEN_PASS_DEF_LINACNORMALIZE
+#define GEN_PASS_DEF_LINACPLAN
+#include "linac/Compiler/Passes.h.inc"
+} // namespace linac
+
+using namespace mlir;
+using namespace linac;
+
+namespace {
+
+struct NormalizePass : public linac::impl::LinacNormalizeBase<NormalizePass> {
+  using LinacNormalizeBase::LinacNormalizeBase;
+
+  void runOnOperation() override {
+    getOperation().walk([&](LayerOp layer) {
+      NormalForm form = deriveNormalForm(layer);
+      if (!form.chunkable) {
+        if (requireChunkable) {
+          form.blocker->emitError("outside the normal form: ") << form.reason;
+          return signalPassFailure();
+        }
+        form.blocker->emitRemark("outside the normal form, so the layer "
+                                 "runs as a recurrent scan: ")
+            << form.reason;
+      }
+      // A write without a strength is "plain"; no write at all is "none".
+      StringRef writeKind = form.write == StrengthKind::None && form.key
+                                ? "plain"
+                                : stringifyStrength(form.write);
+      Builder b(layer.getContext());
+      layer->setAttr(
+          kNormalFormAttr,
+          b.getDictionaryAttr({
+              b.getNamedAttr("chunkable", b.getBoolAttr(form.chunkable)),
+              b.getNamedAttr("key_decay",
+                             b.getStringAttr(stringifyKeyDecay(form.keyDecay))),
+              b.getNamedAttr("value_decay", b.getBoolAttr(form.valueDecay)),
+              b.getNamedAttr("erase",
+                             b.getStringAttr(stringifyStrength(form.erase))),
+              b.getNamedAttr("write", b.getStringAttr(writeKind)),
+              b.getNamedAttr("read", b.getStringAttr(form.readBefore
+                                                         ? "before"
+                                                         : "after")),
+              b.getNamedAttr("normalizer", b.getBoolAttr(form.normalizer)),
+          }));
+    });
+  }
+};
+
+struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
+  using LinacPlanBase::LinacPlanBase;
+
+  void runOnOperation() override {
+    bool gpu = target == "sm_90a" || target == "sm_80";
+    if (!gpu && target != "cpu") {
+      getOperation().emitError()
+          << "unknown target '" << target << "'; expected cpu, sm_90a or sm_80";
+      return signalPassFailure();
+    }
+    getOperation().walk([&](LayerOp layer) {
+      if (!layer->hasAttr(kNormalFormAttr)) {
+        layer.emitError("has no normal form; run -linac-normalize first");
+        return signalPassFailure();
+      }
+      NormalForm form = deriveNormalForm(layer);
+      Builder b(layer.getContext());
+      SmallVector<NamedAttribute> plan{
+          b.getNamedAttr("target", b.getStringAttr(target))};
+      auto add = [&](StringRef name, Attribute value) {
+        plan.push_back(b.getNamedAttr(name, value));
+      };
+      if (!form.chunkable) {
+        add("family", b.getStringAttr("recurrent"));
+        // One program per (sequence, head, value tile), the state on chip.
+        add("value_tile",
+            b.getI64IntegerAttr(gpu ? 32 : layer.getStateType().getValueDim()));
+        layer->setAttr(kPlanAttr, b.getDictionaryAttr(plan));
+        return;
+      }
+      add("family", b.getStringAttr(form.erase == StrengthKind::None
+                                        ? "chunkwise"
+                                        : "delta_chunkwise"));
+      add("chunk_size", b.getI64IntegerAttr(64));
+      // A scalar log-gate difference is safe to exponentiate on the whole
+      // tile; per-channel gates need per-pair differences (the CPU) or
+      // sub-chunks with a local reference point (GPUs).
+      bool vectorGate =
+          form.keyDecay == KeyDecayKind::Vector || form.valueDecay;
+      StringRef numerics = !vectorGate && form.keyDecay == KeyDecayKind::None
+                               ? "none"
+                           : !vectorGate ? "scalar_tile"
+                           : gpu         ? "subchunk"
+                                         : "pairwise";
+      add("gate_numerics", b.getStringAttr(numerics));
+      if (numerics == "subchunk")
+        add("subchunk_size", b.getI64IntegerAttr(16));
+      if (gpu) {
+        add("value_tile", b.getI64IntegerAttr(64));
+        add("block_threads", b.getI64IntegerAttr(128));
+      }
+      // One program per (sequence, head[, value tile]).
+      add("grid", b.getStringAttr(gpu ? "sequences*heads*value_tiles"
+                                      : "sequences*heads"));
+      layer->setAttr(kPlanAttr, b.getDictionaryAttr(plan));
+    });
+  }
+};
+
+} // namespace

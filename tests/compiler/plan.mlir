@@ -1,0 +1,33 @@
+// RUN: linac-opt %s -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=SM90
+// RUN: linac-opt %s -linac-normalize -linac-plan=target=sm_80 | FileCheck %s --check-prefix=SM80
+// RUN: not linac-opt %s -linac-normalize -linac-plan=target=sm_70 2>&1 | FileCheck %s --check-prefix=BADTARGET
+// RUN: not linac-opt %s -linac-plan 2>&1 | FileCheck %s --check-prefix=NONORMAL
+
+// BADTARGET: error: unknown target 'sm_70'; expected cpu, sm_90a or sm_80
+// NONORMAL: error: has no normal form; run -linac-normalize first
+
+!key = tensor<64xf32, #linac.key>
+!value = tensor<32xf32, #linac.value>
+!state = !linac.state<64x32>
+
+// On GPUs a key-vector gate is handled in sub-chunks of 16.
+// SM90: linac.layer @vector_gate
+// SM90-SAME: linac.plan = {block_threads = 128 : i64, chunk_size = 64 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "sequences*heads*value_tiles", subchunk_size = 16 : i64, target = "sm_90a", value_tile = 64 : i64}
+// SM80: linac.layer @vector_gate
+// SM80-SAME: target = "sm_80"
+linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : !key, %b : f32) {
+  %S1 = linac.decay %S key(%g : !key) : !state
+  %S2 = linac.erase %S1, %k strength(%b : f32) : !state, !key
+  %S3 = linac.write %S2, %k, %v strength(%b : f32) : !state, !key, !value
+  %o = linac.read %S3, %q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
+}
+
+// SM90: linac.layer @matrix
+// SM90-SAME: linac.plan = {family = "recurrent", target = "sm_90a", value_tile = 32 : i64}
+linac.layer @matrix(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %G : tensor<64x32xf32, #linac.matrix>) {
+  %S1 = linac.matrix_gate %S, %G : !state, tensor<64x32xf32, #linac.matrix>
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}

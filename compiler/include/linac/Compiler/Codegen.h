@@ -1,0 +1,29 @@
+//===- Codegen.h - source and step programs from a planned layer -*- C++ -*-===//
+
+#ifndef LINAC_COMPILER_CODEGEN_H
+#define LINAC_COMPILER_CODEGEN_H
+
+#include "linac/Linac.h"
+
+#include "llvm/Support/JSON.h"
+
+#include <string>
+
+namespace linac {
+
+/// C++ source for the CPU target: a `Layer` struct instantiating
+/// templates/linac/cpu/layer.h and the exported `linac_cpu_forward`.
+/// The layer must carry the normalize and plan passes' attributes. Fails,
+/// with a diagnostic on the op, for an op the backend cannot lower.
+mlir::FailureOr<std::string> emitCpuSource(LayerOp layer);
+
+/// The step as a JSON program (values, ops, yield) that the fp64 reference
+/// interprets token by token.
+llvm::json::Object emitStepProgram(LayerOp layer);
+
+/// The kind of a value: state, key, value, scalar or matrix.
+llvm::StringRef kindOf(mlir::Type type);
+
+} // namespace linac
+
+#endif // LINAC_COMPILER_CODEGEN_H

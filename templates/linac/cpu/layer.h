@@ -1,0 +1,282 @@
+//===- layer.h - the CPU skeletons generated layers instantiate -*- C++ -*-===//
+//
+// A generated layer is a struct `Layer` with the spec's dimensions and
+// normal form as constants and, from the spec's body, either
+//   prologue(token, operands): the token's normal-form operands, and
+//   epilogue(token, read, out): the output from the read,
+// for the chunkwise families, or
+//   step(token, state, out): the whole time step, for the recurrent scan.
+// forward<Layer> runs either over every sequence and head.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_CPU_LAYER_H
+#define LINAC_CPU_LAYER_H
+
+#include "linac/cpu/abi.h"
+#include "linac/cpu/vec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace linac::cpu {
+
+/// One token of one head: where its inputs and parameters are.
+template <typename Layer> struct Token {
+  const linac_cpu_forward_args &args;
+  int64_t token;
+  int64_t head;
+
+  /// Argument heads map onto the state's heads in contiguous groups.
+  static int64_t groupHead(int64_t head, int64_t stateHeads, int64_t heads) {
+    return head / (stateHeads / heads);
+  }
+  const float *input(int i) const {
+    int64_t heads = args.input_heads[i];
+    int64_t h = groupHead(head, args.num_heads, heads);
+    return args.inputs[i] + (token * heads + h) * Layer::kInputSizes[i];
+  }
+  const float *param(int i) const {
+    int64_t h = groupHead(head, args.num_heads, args.param_heads[i]);
+    return args.params[i] + h * Layer::kParamSizes[i];
+  }
+};
+
+/// The state of one head: S (K x V) and, with a normaliser, n as column V.
+template <int K, int V, bool Normalized> struct State {
+  static constexpr int kColumns = V + (Normalized ? 1 : 0);
+  std::vector<float> s = std::vector<float>(size_t(K) * kColumns, 0.0f);
+
+  float &at(int i, int j) { return s[size_t(i) * kColumns + j]; }
+  float at(int i, int j) const { return s[size_t(i) * kColumns + j]; }
+
+  void load(const float *p) {
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < V; ++j)
+        at(i, j) = p[size_t(i) * V + j];
+  }
+  void store(float *p) const {
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < V; ++j)
+        p[size_t(i) * V + j] = at(i, j);
+  }
+
+  void decay(const Vec<K> &gk, const Vec<V> &gv) {
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < kColumns; ++j)
+        at(i, j) *= std::exp(gk[i] + (j < V ? gv[j] : 0.0f));
+  }
+  void matrixGate(const Mat<K, V> &g) {
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < V; ++j)
+        at(i, j) *= std::exp(g[i * V + j]);
+  }
+  /// S <- S - k (e^T S).
+  void erase(const Vec<K> &k, const Vec<K> &e) {
+    for (int j = 0; j < kColumns; ++j) {
+      double proj = 0;
+      for (int i = 0; i < K; ++i)
+        proj += double(e[i]) * at(i, j);
+      for (int i = 0; i < K; ++i)
+        at(i, j) -= float(k[i] * proj);
+    }
+  }
+  /// S <- S + k u^T; the normaliser's column takes `normalizerWeight`.
+  void write(const Vec<K> &k, const Vec<V> &u, float normalizerWeight) {
+    for (int i = 0; i < K; ++i) {
+      for (int j = 0; j < V; ++j)
+        at(i, j) += k[i] * u[j];
+      if constexpr (Normalized)
+        at(i, V) += k[i] * normalizerWeight;
+    }
+  }
+  Vec<V> read(const Vec<K> &q, float scale) const {
+    Vec<kColumns> raw;
+    for (int j = 0; j < kColumns; ++j) {
+      double sum = 0;
+      for (int i = 0; i < K; ++i)
+        sum += double(at(i, j)) * q[i] * scale;
+      raw[j] = float(sum);
+    }
+    return normalize<V, Normalized>(raw);
+  }
+
+  /// Drops the normaliser column after dividing by max(|n^T q|, 1).
+  template <int N, bool WithNormalizer>
+  static Vec<N> normalize(const Vec<N + (WithNormalizer ? 1 : 0)> &raw) {
+    Vec<N> out;
+    float divisor = 1.0f;
+    if constexpr (WithNormalizer)
+      divisor = std::max(std::fabs(raw[N]), 1.0f);
+    for (int j = 0; j < N; ++j)
+      out[j] = raw[j] / divisor;
+    return out;
+  }
+};
+
+/// The normal-form operands of one token: e = erase strength (.) k and
+/// u = write strength (.) v, with the normaliser's weight appended to u.
+template <int K, int V, bool Normalized> struct Operands {
+  Vec<K> q, k, e, gk;
+  Vec<V> gv;
+  Vec<V + (Normalized ? 1 : 0)> u;
+};
+
+/// u with the normaliser's weight appended when the state carries one.
+template <int V, bool Normalized>
+Vec<V + (Normalized ? 1 : 0)> appendNormalizer(const Vec<V> &u, float weight) {
+  Vec<V + (Normalized ? 1 : 0)> out;
+  for (int j = 0; j < V; ++j)
+    out[j] = u[j];
+  if constexpr (Normalized)
+    out[V] = weight;
+  return out;
+}
+
+template <typename Layer>
+float readScale(const linac_cpu_forward_args &args) {
+  return Layer::kFixedScale > 0 ? Layer::kFixedScale : args.scale;
+}
+
+/// The recurrent scan: the step, token by token.
+template <typename Layer>
+void scanSequence(const linac_cpu_forward_args &args, int64_t seq,
+                  int64_t head) {
+  constexpr int K = Layer::K, V = Layer::V;
+  State<K, V, Layer::kNormalizer> state;
+  size_t stateOffset = size_t(seq * args.num_heads + head) * K * V;
+  if (args.initial_state)
+    state.load(args.initial_state + stateOffset);
+  float scale = readScale<Layer>(args);
+  for (int64_t t = args.cu_seqlens[seq]; t < args.cu_seqlens[seq + 1]; ++t) {
+    Token<Layer> token{args, t, head};
+    Layer::step(token, state, scale,
+                args.output + (t * args.num_heads + head) * V);
+  }
+  if (args.final_state)
+    state.store(args.final_state + stateOffset);
+}
+
+/// The chunkwise algorithm of DESIGN.md section 4 for one sequence and head.
+/// Every gate factor is exp of a difference of cumulative log-gates taken
+/// per pair (t, j) with j <= t, so exponents are never positive and no
+/// cumulative decay or its inverse is formed alone.
+template <typename Layer>
+void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
+                   int64_t head) {
+  constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
+  constexpr bool N = Layer::kNormalizer;
+  constexpr int U = V + (N ? 1 : 0);
+  State<K, V, N> state;
+  size_t stateOffset = size_t(seq * args.num_heads + head) * K * V;
+  if (args.initial_state)
+    state.load(args.initial_state + stateOffset);
+  float scale = readScale<Layer>(args);
+
+  std::vector<Operands<K, V, N>> ops(C);
+  // Inclusive cumulative log-gates, and the ones the query sees (exclusive
+  // when the read comes before the token's transitions).
+  std::vector<Vec<K>> lam(C), lamQ(C);
+  std::vector<Vec<V>> psi(C), psiQ(C);
+  std::vector<Vec<U>> delta(C);
+
+  auto valueFactor = [&](const Vec<V> &to, const Vec<V> &from, int j) {
+    return Layer::kValueDecay && j < V ? std::exp(to[j] - from[j]) : 1.0f;
+  };
+  auto keyProduct = [&](const Vec<K> &a, const Vec<K> &lamA, const Vec<K> &b,
+                        const Vec<K> &lamB) {
+    double sum = 0;
+    for (int d = 0; d < K; ++d)
+      sum += double(a[d]) * b[d] * std::exp(lamA[d] - lamB[d]);
+    return sum;
+  };
+
+  for (int64_t start = args.cu_seqlens[seq]; start < args.cu_seqlens[seq + 1];
+       start += C) {
+    int L = int(std::min<int64_t>(C, args.cu_seqlens[seq + 1] - start));
+    for (int t = 0; t < L; ++t) {
+      Layer::prologue(Token<Layer>{args, start + t, head}, ops[t]);
+      ops[t].q = ops[t].q * Vec<K>::splat(scale);
+      lam[t] = t ? lam[t - 1] + ops[t].gk : ops[t].gk;
+      psi[t] = t ? psi[t - 1] + ops[t].gv : ops[t].gv;
+      lamQ[t] = !Layer::kReadBefore ? lam[t] : t ? lam[t - 1] : Vec<K>{};
+      psiQ[t] = !Layer::kReadBefore ? psi[t] : t ? psi[t - 1] : Vec<V>{};
+    }
+
+    // Residuals delta_t = u_t - (D_t S_{t-1} E_t)^T e_t, by forward
+    // substitution through the chunk (the unit lower-triangular solve).
+    for (int t = 0; t < L; ++t) {
+      delta[t] = ops[t].u;
+      if constexpr (!Layer::kErase)
+        continue;
+      for (int j = 0; j < U; ++j) {
+        double fromState = 0;
+        for (int d = 0; d < K; ++d)
+          fromState += double(state.at(d, j)) * ops[t].e[d] * std::exp(lam[t][d]);
+        double r = ops[t].u[j] - fromState * (j < V && Layer::kValueDecay
+                                                  ? std::exp(psi[t][j])
+                                                  : 1.0);
+        delta[t][j] = float(r);
+      }
+      for (int s = 0; s < t; ++s) {
+        double a = keyProduct(ops[t].e, lam[t], ops[s].k, lam[s]);
+        for (int j = 0; j < U; ++j)
+          delta[t][j] -= float(a * valueFactor(psi[t], psi[s], j) * delta[s][j]);
+      }
+    }
+
+    // Outputs: the incoming state's contribution plus the masked
+    // intra-chunk products.
+    for (int t = 0; t < L; ++t) {
+      Vec<U> raw;
+      for (int j = 0; j < U; ++j) {
+        double sum = 0;
+        for (int d = 0; d < K; ++d)
+          sum += double(state.at(d, j)) * ops[t].q[d] * std::exp(lamQ[t][d]);
+        raw[j] = float(sum * (j < V && Layer::kValueDecay ? std::exp(psiQ[t][j]) : 1.0));
+      }
+      int last = Layer::kReadBefore ? t - 1 : t;
+      for (int s = 0; s <= last; ++s) {
+        double a = keyProduct(ops[t].q, lamQ[t], ops[s].k, lam[s]);
+        for (int j = 0; j < U; ++j)
+          raw[j] += float(a * valueFactor(psiQ[t], psi[s], j) * delta[s][j]);
+      }
+      int64_t token = start + t;
+      Layer::epilogue(Token<Layer>{args, token, head},
+                      State<K, V, N>::template normalize<V, N>(raw),
+                      args.output + (token * args.num_heads + head) * V);
+    }
+
+    // The state after the chunk.
+    const Vec<K> &lamEnd = lam[L - 1];
+    const Vec<V> &psiEnd = psi[L - 1];
+    for (int d = 0; d < K; ++d) {
+      for (int j = 0; j < U; ++j) {
+        double sum = double(state.at(d, j)) * std::exp(lamEnd[d]) *
+                     valueFactor(psiEnd, Vec<V>{}, j);
+        for (int s = 0; s < L; ++s)
+          sum += double(ops[s].k[d]) * std::exp(lamEnd[d] - lam[s][d]) *
+                 valueFactor(psiEnd, psi[s], j) * delta[s][j];
+        state.at(d, j) = float(sum);
+      }
+    }
+  }
+  if (args.final_state)
+    state.store(args.final_state + stateOffset);
+}
+
+template <typename Layer> int forward(const linac_cpu_forward_args &args) {
+  for (int64_t seq = 0; seq < args.num_seqs; ++seq)
+    for (int64_t head = 0; head < args.num_heads; ++head) {
+      if constexpr (Layer::kRecurrent)
+        scanSequence<Layer>(args, seq, head);
+      else
+        chunkSequence<Layer>(args, seq, head);
+    }
+  return 0;
+}
+
+} // namespace linac::cpu
+
+#endif // LINAC_CPU_LAYER_H

@@ -1,0 +1,51 @@
+//===- reference.h - fp64 token-by-token reference of a linac step -*- C++ -*-===//
+//
+// Interprets the step program that `linac compile` writes into a package's
+// manifest ("step", see docs in the README) one token at a time in double
+// precision, applying DESIGN.md section 2's primitives literally. It shares
+// no code with the chunked kernels and is what their tests compare against.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_TESTS_REFERENCE_H
+#define LINAC_TESTS_REFERENCE_H
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace linac::reference {
+
+/// One input or parameter: its values and its head count. Inputs are laid
+/// out [total_tokens, heads, ...] (a packed token axis), parameters
+/// [heads, ...]; "..." is K, V, K x V or nothing, per the argument's kind.
+/// State head h reads argument head h / (num_heads / heads).
+struct Tensor {
+  std::vector<float> values;
+  int64_t heads = 1;
+};
+
+struct Problem {
+  nlohmann::json step;                  ///< the manifest's "step" object
+  std::vector<int64_t> cuSeqlens;       ///< N + 1 offsets into the token axis
+  int64_t numHeads = 1;                 ///< H, the state's head count
+  std::vector<Tensor> inputs;           ///< in the step's input order
+  std::vector<Tensor> params;           ///< in the step's parameter order
+  std::vector<float> initialState;      ///< [N, H, K, V] or empty for zeros
+  double scale = 0.0;                   ///< 0 means K^-1/2
+};
+
+struct Result {
+  std::vector<double> output;           ///< [total_tokens, H, V]
+  std::vector<double> finalState;       ///< [N, H, K, V]
+};
+
+/// Runs the step over every sequence and head. Throws std::runtime_error
+/// for an op it does not know.
+Result run(const Problem &problem);
+
+} // namespace linac::reference
+
+#endif // LINAC_TESTS_REFERENCE_H

@@ -17,6 +17,7 @@
 #include "linac/cpu/vec.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -177,15 +178,19 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
   std::vector<Operands<K, V, N>> ops(C);
   // Inclusive cumulative log-gates, and the ones the query sees (exclusive
   // when the read comes before the token's transitions).
-  std::vector<Vec<K>> lam(C), lamQ(C);
-  std::vector<Vec<V>> psi(C), psiQ(C);
+  // Sums of log-gates in double: a difference of two large fp32 sums
+  // would cancel catastrophically under strong gates.
+  std::vector<std::array<double, K>> lam(C), lamQ(C);
+  std::vector<std::array<double, V>> psi(C), psiQ(C);
   std::vector<Vec<U>> delta(C);
 
-  auto valueFactor = [&](const Vec<V> &to, const Vec<V> &from, int j) {
-    return Layer::kValueDecay && j < V ? std::exp(to[j] - from[j]) : 1.0f;
+  using KeyLogs = std::array<double, K>;
+  using ValueLogs = std::array<double, V>;
+  auto valueFactor = [&](const ValueLogs &to, const ValueLogs &from, int j) {
+    return Layer::kValueDecay && j < V ? std::exp(to[j] - from[j]) : 1.0;
   };
-  auto keyProduct = [&](const Vec<K> &a, const Vec<K> &lamA, const Vec<K> &b,
-                        const Vec<K> &lamB) {
+  auto keyProduct = [&](const Vec<K> &a, const KeyLogs &lamA, const Vec<K> &b,
+                        const KeyLogs &lamB) {
     double sum = 0;
     for (int d = 0; d < K; ++d)
       sum += double(a[d]) * b[d] * std::exp(lamA[d] - lamB[d]);
@@ -198,10 +203,12 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
     for (int t = 0; t < L; ++t) {
       Layer::prologue(Token<Layer>{args, start + t, head}, ops[t]);
       ops[t].q = ops[t].q * Vec<K>::splat(scale);
-      lam[t] = t ? lam[t - 1] + ops[t].gk : ops[t].gk;
-      psi[t] = t ? psi[t - 1] + ops[t].gv : ops[t].gv;
-      lamQ[t] = !Layer::kReadBefore ? lam[t] : t ? lam[t - 1] : Vec<K>{};
-      psiQ[t] = !Layer::kReadBefore ? psi[t] : t ? psi[t - 1] : Vec<V>{};
+      for (int d = 0; d < K; ++d)
+        lam[t][d] = (t ? lam[t - 1][d] : 0.0) + ops[t].gk[d];
+      for (int j = 0; j < V; ++j)
+        psi[t][j] = (t ? psi[t - 1][j] : 0.0) + ops[t].gv[j];
+      lamQ[t] = !Layer::kReadBefore ? lam[t] : t ? lam[t - 1] : KeyLogs{};
+      psiQ[t] = !Layer::kReadBefore ? psi[t] : t ? psi[t - 1] : ValueLogs{};
     }
 
     // Residuals delta_t = u_t - (D_t S_{t-1} E_t)^T e_t, by forward
@@ -249,12 +256,12 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
     }
 
     // The state after the chunk.
-    const Vec<K> &lamEnd = lam[L - 1];
-    const Vec<V> &psiEnd = psi[L - 1];
+    const KeyLogs &lamEnd = lam[L - 1];
+    const ValueLogs &psiEnd = psi[L - 1];
     for (int d = 0; d < K; ++d) {
       for (int j = 0; j < U; ++j) {
         double sum = double(state.at(d, j)) * std::exp(lamEnd[d]) *
-                     valueFactor(psiEnd, Vec<V>{}, j);
+                     valueFactor(psiEnd, ValueLogs{}, j);
         for (int s = 0; s < L; ++s)
           sum += double(ops[s].k[d]) * std::exp(lamEnd[d] - lam[s][d]) *
                  valueFactor(psiEnd, psi[s], j) * delta[s][j];

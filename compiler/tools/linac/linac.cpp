@@ -123,6 +123,7 @@ static int compile() {
     return fail("target '" + targetName +
                 "' has no backend yet; this compiler builds cpu packages");
   MLIRContext context;
+  context.printOpOnDiagnostic(false);
   context.loadDialect<linac::LinacDialect, arith::ArithDialect,
                       math::MathDialect>();
   llvm::SourceMgr sourceMgr;

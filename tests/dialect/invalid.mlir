@@ -349,3 +349,25 @@ linac.layer @outside(%S : !linac.state<4x4>) inputs(%q : tensor<4xf32, #linac.ke
 }
 // expected-error @+1 {{'linac.head_index' op expects parent op 'linac.layer'}}
 %h = linac.head_index : f32
+
+// -----
+
+!key = tensor<128xf32, #linac.key>
+!value = tensor<128xf32, #linac.value>
+!state = !linac.state<128x128>
+linac.layer @short_output(%S : !state) inputs(%q : !key) {
+  %o = linac.read %S, %q : !state, !key -> !value
+  %d = linac.dot %o, %o : !value
+  %short = linac.broadcast %d : tensor<64xf32, #linac.value>
+  // expected-error @+1 {{output has 64 elements but the state has V = 128}}
+  linac.yield %S, %short : !state, tensor<64xf32, #linac.value>
+}
+
+// -----
+
+// expected-error @+1 {{has 2 block arguments but names 3}}
+"linac.layer"() <{sym_name = "generic", input_names = ["q", "k"], param_names = []}> ({
+^bb0(%S: !linac.state<4x4>, %q: tensor<4xf32, #linac.key>):
+  %o = linac.read %S, %q : !linac.state<4x4>, tensor<4xf32, #linac.key> -> tensor<4xf32, #linac.value>
+  linac.yield %S, %o : !linac.state<4x4>, tensor<4xf32, #linac.value>
+}) : () -> ()

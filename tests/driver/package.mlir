@@ -1,0 +1,42 @@
+// A compiled package: its manifest, generated source and described arguments.
+// RUN: rm -rf %t.linac
+// RUN: linac compile %s -o %t.linac | FileCheck %s --check-prefix=OUT
+// RUN: FileCheck %s --check-prefix=MANIFEST --input-file %t.linac/manifest.json
+// RUN: FileCheck %s --check-prefix=SOURCE --input-file %t.linac/layer.cpp
+// RUN: linac describe %t.linac | FileCheck %s --check-prefix=DESCRIBE
+// RUN: not linac describe %t.missing 2>&1 | FileCheck %s --check-prefix=MISSING
+
+// OUT: .linac
+// MANIFEST: "arguments": [
+// MANIFEST: "name": "beta"
+// MANIFEST-NEXT: "role": "input"
+// MANIFEST: "name": "gamma"
+// MANIFEST-NEXT: "role": "param"
+// MANIFEST: "format": 1
+// MANIFEST: "layer": "grouped"
+// MANIFEST: "normal_form": {
+// MANIFEST: "erase": "vector"
+// MANIFEST: "plan": {
+// MANIFEST: "family": "delta_chunkwise"
+// MANIFEST: "spec_hash":
+// MANIFEST: "target": "cpu"
+// SOURCE: static constexpr int K = 16, V = 8;
+// SOURCE: static constexpr bool kNormalizer = false, kErase = true, kValueDecay = false,
+// SOURCE: static void prologue(
+// SOURCE: out.e = arg_beta * out.k;
+// DESCRIBE: layer @grouped for cpu, K = 16, V = 8
+// DESCRIBE: beta           input    key     [B, T, H, K]
+// DESCRIBE: gamma          param    scalar  [H]
+// MISSING: error: {{.*}}no manifest.json
+
+!key = tensor<16xf32, #linac.key>
+!value = tensor<8xf32, #linac.value>
+!state = !linac.state<16x8>
+
+linac.layer @grouped(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %beta : !key) params(%gamma : f32) {
+  %S1 = linac.decay %S key(%gamma : f32) : !state
+  %S2 = linac.erase %S1, %k strength(%beta : !key) : !state, !key
+  %S3 = linac.write %S2, %k, %v : !state, !key, !value
+  %o = linac.read %S3, %q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
+}

@@ -1,0 +1,16 @@
+// The CPU backend names an op it cannot lower.
+// RUN: not linac compile %s -o %t.linac 2>&1 | FileCheck %s
+// RUN: not test -e %t.linac
+
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+
+linac.layer @sine_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : f32) {
+  // CHECK: error: the CPU backend cannot lower this op
+  %s = math.sin %g : f32
+  %S1 = linac.decay %S key(%s : f32) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}

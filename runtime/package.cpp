@@ -186,8 +186,6 @@ ForwardShape Package::check(const ForwardRequest &request) const {
                             shapeString(cu));
     shape.sequences = int64_t(cu.size()) - 1;
   }
-  if (!request.output)
-    throw argumentError("no output buffer");
   if (!(std::isfinite(request.scale) && request.scale >= 0.0f))
     throw argumentError("scale must be finite and non-negative (0 for the "
                         "default)");
@@ -196,6 +194,8 @@ ForwardShape Package::check(const ForwardRequest &request) const {
 
 void Package::forward(const ForwardRequest &request) const {
   ForwardShape shape = check(request);
+  if (!request.output)
+    throw argumentError("no output buffer");
   std::vector<int64_t> cu = request.cuSeqlens;
   if (cu.empty())
     for (int64_t b = 0; b <= shape.batch; ++b)

@@ -1,6 +1,7 @@
 # -*- Python -*-
 
 import os
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -9,6 +10,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "linac"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir"]
+config.substitutions.append(("%python", sys.executable))
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.linac_obj_root, "tests")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "cpu", "runtime", "reference"]

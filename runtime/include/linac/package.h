@@ -60,7 +60,7 @@ public:
   /// The manifest's text, for tools that show or test it.
   const std::string &manifest() const { return manifest_; }
 
-  /// Validates `request` and returns the shapes it implies.
+  /// Validates `request`'s tensors and returns the shapes they imply.
   ForwardShape check(const ForwardRequest &request) const;
   /// Runs the forward pass on host buffers.
   void forward(const ForwardRequest &request) const;

@@ -75,6 +75,8 @@ private:
   void emitStateOp(Operation *op);
   std::string function(StringRef signature);
   std::string sumOf(ArrayRef<Value> gates, int64_t length);
+  /// `vector` scaled by a scalar or vector strength, or as is without one.
+  std::string scaled(Value strength, const std::string &vector, int64_t length);
 };
 
 void CpuEmitter::emitArgument(BlockArgument arg) {
@@ -148,14 +150,6 @@ std::string CpuEmitter::expression(Operation *op) {
 void CpuEmitter::emitStateOp(Operation *op) {
   unsigned keyDim = layer.getStateType().getKeyDim();
   unsigned valueDim = layer.getStateType().getValueDim();
-  auto scaled = [&](Value strength, Value vector, int64_t length) {
-    if (!strength)
-      return name(vector);
-    if (strength.getType().isF32())
-      return fmt::format("Vec<{}>::splat({}) * {}", length, name(strength),
-                         name(vector));
-    return fmt::format("{} * {}", name(strength), name(vector));
-  };
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](DecayOp d) {
         Value gk = d.getKeyGate(), gv = d.getValueGate();
@@ -172,7 +166,7 @@ void CpuEmitter::emitStateOp(Operation *op) {
       })
       .Case([&](EraseOp e) {
         line(fmt::format("state.erase({}, {});", name(e.getKey()),
-                         scaled(e.getStrength(), e.getKey(), keyDim)));
+                         scaled(e.getStrength(), name(e.getKey()), keyDim)));
       })
       .Case([&](WriteOp w) {
         Value strength = w.getStrength();
@@ -180,7 +174,7 @@ void CpuEmitter::emitStateOp(Operation *op) {
                                  ? name(strength)
                                  : std::string("1.0f");
         line(fmt::format("state.write({}, {}, {});", name(w.getKey()),
-                         scaled(strength, w.getValue(), valueDim), weight));
+                         scaled(strength, name(w.getValue()), valueDim), weight));
       })
       .Case([&](ReadOp r) {
         names[r.getOutput()] = fmt::format("v{}", names.size());
@@ -241,6 +235,12 @@ std::string CpuEmitter::sumOf(ArrayRef<Value> gates, int64_t length) {
     sum += (sum.empty() ? "" : " + ") + term;
   }
   return sum;
+}
+
+std::string CpuEmitter::scaled(Value strength, const std::string &vector,
+                               int64_t length) {
+  return strength ? fmt::format("{} * {}", sumOf({strength}, length), vector)
+                  : vector;
 }
 
 std::string CpuEmitter::function(StringRef signature) {
@@ -309,12 +309,9 @@ FailureOr<std::string> CpuEmitter::emit() {
     line(fmt::format("out.gv = {};",
                      sumOf(form.valueGates, state.getValueDim())));
     if (Value e = form.eraseStrength)
-      line(fmt::format("out.e = {} * out.k;",
-                       sumOf({e}, state.getKeyDim())));
+      line(fmt::format("out.e = {};", scaled(e, "out.k", state.getKeyDim())));
     Value w = form.writeStrength;
-    std::string u = w ? fmt::format("{} * {}", sumOf({w}, state.getValueDim()),
-                                    name(form.value))
-                      : name(form.value);
+    std::string u = scaled(w, name(form.value), state.getValueDim());
     std::string weight = w && w.getType().isF32() ? name(w) : "1.0f";
     line(fmt::format("out.u = appendNormalizer<V, kNormalizer>({}, {});", u,
                      weight));

@@ -107,6 +107,24 @@ TEST_F(RuntimeErrors, ParameterShape) {
   expectRejected("param 'A_log' has shape [2, 16], expected [H]");
 }
 
+TEST_F(RuntimeErrors, NullData) {
+  request.tensors["k"].data = nullptr;
+  expectRejected("input 'k' has no data");
+}
+
+TEST_F(RuntimeErrors, NoHeads) {
+  request.tensors["q"] = tensor({1, 8, 0, 16});
+  expectRejected("input 'q' has shape [1, 8, 0, 16], expected [B, T, H, K]: no heads");
+}
+
+TEST_F(RuntimeErrors, NegativeTime) {
+  for (const char *name : {"q", "k", "v"})
+    request.tensors[name] = tensor({1, -8, 2, 16});
+  for (const char *name : {"g", "b"})
+    request.tensors[name] = tensor({1, -8, 2});
+  expectRejected("negative batch or time");
+}
+
 TEST_F(RuntimeErrors, NonMonotoneCuSeqlens) {
   request.cuSeqlens = {0, 5, 3, 8};
   expectRejected("cu_seqlens must be non-decreasing, got [0, 5, 3, 8]");

@@ -70,8 +70,13 @@ inline float softplus(float x) {
 }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float rsqrt(float x) { return 1.0f / std::sqrt(x); }
-inline float maximum(float a, float b) { return std::fmax(a, b); }
-inline float minimum(float a, float b) { return std::fmin(a, b); }
+// arith.maximumf and arith.minimumf propagate NaN, unlike std::fmax.
+inline float maximum(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+}
+inline float minimum(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+}
 
 #define LINAC_CPU_UNARY(name, fn)                                              \
   inline float name(float x) { return fn(x); }                                 \
@@ -92,10 +97,10 @@ template <int N> Vec<N> softplus(const Vec<N> &a) { return map(a, [](float x) { 
 template <int N> Vec<N> sigmoid(const Vec<N> &a) { return map(a, [](float x) { return sigmoid(x); }); }
 template <int N> Vec<N> rsqrt(const Vec<N> &a) { return map(a, [](float x) { return rsqrt(x); }); }
 template <int N> Vec<N> maximum(const Vec<N> &a, const Vec<N> &b) {
-  return zip(a, b, [](float x, float y) { return std::fmax(x, y); });
+  return zip(a, b, [](float x, float y) { return maximum(x, y); });
 }
 template <int N> Vec<N> minimum(const Vec<N> &a, const Vec<N> &b) {
-  return zip(a, b, [](float x, float y) { return std::fmin(x, y); });
+  return zip(a, b, [](float x, float y) { return minimum(x, y); });
 }
 inline float pow_(float a, float b) { return std::pow(a, b); }
 template <int N> Vec<N> pow_(const Vec<N> &a, const Vec<N> &b) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -75,6 +76,39 @@ double relativeError(const std::vector<float> &got,
   return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
+/// Names of the inputs that decay gates (key, value or matrix) derive from,
+/// read off the step program: those are the ones the strong range drives
+/// to log-decays near -20 per token. Write and erase strengths stay
+/// moderate, as an unbounded exp(i) write gate has no fp32 answer to 1e-5.
+std::set<std::string> decayInputs(const nlohmann::json &step) {
+  std::map<int64_t, const nlohmann::json *> producers;
+  for (const nlohmann::json &op : step["ops"])
+    if (op.contains("result"))
+      producers[op["result"].get<int64_t>()] = &op;
+  std::vector<int64_t> worklist;
+  for (const nlohmann::json &op : step["ops"]) {
+    std::string name = op["op"];
+    if (name == "linac.decay" || name == "linac.matrix_gate")
+      for (size_t i = 1; i < op["operands"].size(); ++i)
+        worklist.push_back(op["operands"][i].get<int64_t>());
+  }
+  std::set<int64_t> seen;
+  while (!worklist.empty()) {
+    int64_t id = worklist.back();
+    worklist.pop_back();
+    if (id < 0 || !seen.insert(id).second)
+      continue;
+    if (auto it = producers.find(id); it != producers.end())
+      for (const nlohmann::json &operand : (*it->second)["operands"])
+        worklist.push_back(operand.get<int64_t>());
+  }
+  std::set<std::string> names;
+  for (const nlohmann::json &input : step["inputs"])
+    if (seen.count(input["value"].get<int64_t>()))
+      names.insert(input["name"].get<std::string>());
+  return names;
+}
+
 } // namespace
 
 Outcome run(const Package &package, Dims dims, const Case &c) {
@@ -82,6 +116,8 @@ Outcome run(const Package &package, Dims dims, const Case &c) {
   std::mt19937 rng(std::random_device{}());
   std::normal_distribution<float> normal;
   std::uniform_real_distribution<float> unit(0.1f, 0.9f);
+  std::uniform_real_distribution<float> strong(-20.0f, 20.0f);
+  std::set<std::string> decays = decayInputs(manifest["step"]);
 
   reference::Problem problem;
   problem.step = manifest["step"];
@@ -116,8 +152,8 @@ Outcome run(const Package &package, Dims dims, const Case &c) {
         x = (c.zeroKeys && arg.name == "k") ? 0.0f : normal(rng);
       else if (c.gates == GateRange::Zero)
         x = 0.0f;
-      else if (c.gates == GateRange::Strong)
-        x = 20.0f * (2.0f * unit(rng) - 1.0f);
+      else if (c.gates == GateRange::Strong && decays.count(arg.name))
+        x = strong(rng);
       else
         x = normal(rng);
     }

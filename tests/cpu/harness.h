@@ -27,6 +27,8 @@ struct Dims {
 std::shared_ptr<Package> compiled(const std::filesystem::path &spec, Dims dims,
                                   const std::filesystem::path &workDir);
 
+/// Raw gate inputs: N(0, 1); uniform in [-20, 20] for the inputs decays
+/// derive from; all zero.
 enum class GateRange { Moderate, Strong, Zero };
 
 struct Case {

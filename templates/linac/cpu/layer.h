@@ -217,38 +217,43 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
       delta[t] = ops[t].u;
       if constexpr (!Layer::kErase)
         continue;
+      std::array<double, U> r;
       for (int j = 0; j < U; ++j) {
         double fromState = 0;
         for (int d = 0; d < K; ++d)
           fromState += double(state.at(d, j)) * ops[t].e[d] * std::exp(lam[t][d]);
-        double r = ops[t].u[j] - fromState * (j < V && Layer::kValueDecay
-                                                  ? std::exp(psi[t][j])
-                                                  : 1.0);
-        delta[t][j] = float(r);
+        r[j] = ops[t].u[j] - fromState * valueFactor(psi[t], ValueLogs{}, j);
       }
       for (int s = 0; s < t; ++s) {
         double a = keyProduct(ops[t].e, lam[t], ops[s].k, lam[s]);
         for (int j = 0; j < U; ++j)
-          delta[t][j] -= float(a * valueFactor(psi[t], psi[s], j) * delta[s][j]);
+          r[j] -= a * valueFactor(psi[t], psi[s], j) * delta[s][j];
       }
+      for (int j = 0; j < U; ++j)
+        delta[t][j] = float(r[j]);
     }
 
     // Outputs: the incoming state's contribution plus the masked
     // intra-chunk products.
     for (int t = 0; t < L; ++t) {
-      Vec<U> raw;
+      // Accumulated in double: strong write gates (exp(i) in mLSTM) put
+      // terms of very different sizes into one sum.
+      std::array<double, U> sum;
       for (int j = 0; j < U; ++j) {
-        double sum = 0;
+        double fromState = 0;
         for (int d = 0; d < K; ++d)
-          sum += double(state.at(d, j)) * ops[t].q[d] * std::exp(lamQ[t][d]);
-        raw[j] = float(sum * (j < V && Layer::kValueDecay ? std::exp(psiQ[t][j]) : 1.0));
+          fromState += double(state.at(d, j)) * ops[t].q[d] * std::exp(lamQ[t][d]);
+        sum[j] = fromState * valueFactor(psiQ[t], ValueLogs{}, j);
       }
       int last = Layer::kReadBefore ? t - 1 : t;
       for (int s = 0; s <= last; ++s) {
         double a = keyProduct(ops[t].q, lamQ[t], ops[s].k, lam[s]);
         for (int j = 0; j < U; ++j)
-          raw[j] += float(a * valueFactor(psiQ[t], psi[s], j) * delta[s][j]);
+          sum[j] += a * valueFactor(psiQ[t], psi[s], j) * delta[s][j];
       }
+      Vec<U> raw;
+      for (int j = 0; j < U; ++j)
+        raw[j] = float(sum[j]);
       int64_t token = start + t;
       Layer::epilogue(Token<Layer>{args, token, head},
                       State<K, V, N>::template normalize<V, N>(raw),

@@ -12,41 +12,41 @@ namespace linac {
 static constexpr char kMagic[] = "\x93NUMPY";
 static constexpr size_t kMagicSize = 6;
 
-size_t dtypeSize(DType dtype) {
+size_t dtypeSize(NpyDType dtype) {
   switch (dtype) {
-  case DType::Float32:
-  case DType::Int32:
+  case NpyDType::Float32:
+  case NpyDType::Int32:
     return 4;
-  case DType::Float64:
-  case DType::Int64:
+  case NpyDType::Float64:
+  case NpyDType::Int64:
     return 8;
   }
   return 0;
 }
 
-const char *dtypeName(DType dtype) {
+const char *dtypeName(NpyDType dtype) {
   switch (dtype) {
-  case DType::Float32:
+  case NpyDType::Float32:
     return "float32";
-  case DType::Float64:
+  case NpyDType::Float64:
     return "float64";
-  case DType::Int32:
+  case NpyDType::Int32:
     return "int32";
-  case DType::Int64:
+  case NpyDType::Int64:
     return "int64";
   }
   return "?";
 }
 
-static const char *descrOf(DType dtype) {
+static const char *descrOf(NpyDType dtype) {
   switch (dtype) {
-  case DType::Float32:
+  case NpyDType::Float32:
     return "<f4";
-  case DType::Float64:
+  case NpyDType::Float64:
     return "<f8";
-  case DType::Int32:
+  case NpyDType::Int32:
     return "<i4";
-  case DType::Int64:
+  case NpyDType::Int64:
     return "<i8";
   }
   return "?";
@@ -78,16 +78,16 @@ std::vector<float> NpyArray::toFloat() const {
   size_t step = dtypeSize(dtype);
   for (size_t i = 0; i < out.size(); ++i, p += step) {
     switch (dtype) {
-    case DType::Float32:
+    case NpyDType::Float32:
       out[i] = load<float>(p);
       break;
-    case DType::Float64:
+    case NpyDType::Float64:
       out[i] = static_cast<float>(load<double>(p));
       break;
-    case DType::Int32:
+    case NpyDType::Int32:
       out[i] = static_cast<float>(load<int32_t>(p));
       break;
-    case DType::Int64:
+    case NpyDType::Int64:
       out[i] = static_cast<float>(load<int64_t>(p));
       break;
     }
@@ -96,25 +96,25 @@ std::vector<float> NpyArray::toFloat() const {
 }
 
 std::vector<int64_t> NpyArray::toInt64() const {
-  if (dtype != DType::Int32 && dtype != DType::Int64)
+  if (dtype != NpyDType::Int32 && dtype != NpyDType::Int64)
     throw NpyError(std::string("expected an integer array, got ") +
                    dtypeName(dtype));
   std::vector<int64_t> out(numElements());
   for (size_t i = 0; i < out.size(); ++i)
-    out[i] = dtype == DType::Int32 ? load<int32_t>(bytes.data() + 4 * i)
+    out[i] = dtype == NpyDType::Int32 ? load<int32_t>(bytes.data() + 4 * i)
                                    : load<int64_t>(bytes.data() + 8 * i);
   return out;
 }
 
-static DType parseDescr(const std::string &descr, const std::string &path) {
+static NpyDType parseDescr(const std::string &descr, const std::string &path) {
   if (descr == "<f4" || descr == "f4")
-    return DType::Float32;
+    return NpyDType::Float32;
   if (descr == "<f8" || descr == "f8")
-    return DType::Float64;
+    return NpyDType::Float64;
   if (descr == "<i4" || descr == "i4")
-    return DType::Int32;
+    return NpyDType::Int32;
   if (descr == "<i8" || descr == "i8")
-    return DType::Int64;
+    return NpyDType::Int64;
   throw NpyError(path + ": unsupported dtype '" + descr +
                  "' (expected float32, float64, int32 or int64, little-endian)");
 }
@@ -208,7 +208,7 @@ void writeNpy(const std::string &path, const NpyArray &array) {
 
 NpyArray makeFloat32(std::vector<int64_t> shape, const std::vector<float> &values) {
   NpyArray array;
-  array.dtype = DType::Float32;
+  array.dtype = NpyDType::Float32;
   array.shape = std::move(shape);
   if (static_cast<int64_t>(values.size()) != array.numElements())
     throw NpyError("makeFloat32: " + std::to_string(values.size()) +

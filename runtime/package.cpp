@@ -1,21 +1,27 @@
-//===- package.cpp - loading and running CPU packages ---------------------===//
+//===- package.cpp - loading and running packages -------------------------===//
 
 #include "linac/package.h"
 #include "linac/runtime.h"
 
+#include "cuda_driver.h"
 #include "linac/cpu/abi.h"
+#include "linac/cuda/abi.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <dlfcn.h>
 #include <fstream>
-#include <numeric>
+#include <optional>
 #include <sstream>
 
 namespace linac {
 
 static constexpr int kManifestFormat = 1;
+/// The grid is (heads, sequences); CUDA caps its y dimension.
+static constexpr int64_t kMaxCudaSequences = 65535;
 
 static Error packageError(const std::string &path, const std::string &what) {
   return Error(Error::Kind::Package, path + ": " + what);
@@ -29,6 +35,42 @@ static std::string shapeString(const std::vector<int64_t> &shape) {
   for (size_t i = 0; i < shape.size(); ++i)
     s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+static bool isCudaTarget(const std::string &target) {
+  return target == "sm_90a" || target == "sm_80";
+}
+
+/// The manifest's name of `dtype`, or null for a value outside the enum.
+static const char *nameOf(DType dtype) {
+  switch (dtype) {
+  case DType::Float32:
+    return "float32";
+  case DType::BFloat16:
+    return "bfloat16";
+  case DType::Float16:
+    return "float16";
+  }
+  return nullptr;
+}
+
+static size_t sizeOf(DType dtype) {
+  return dtype == DType::Float32 ? sizeof(float) : sizeof(uint16_t);
+}
+
+static std::optional<DType> parseDType(const std::string &name) {
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16})
+    if (name == nameOf(dtype))
+      return dtype;
+  return std::nullopt;
+}
+
+static std::string readFile(const std::string &path, const std::string &file) {
+  std::ifstream in(path + "/" + file, std::ios::binary);
+  std::stringstream bytes;
+  if (!in || !(bytes << in.rdbuf()))
+    throw packageError(path, "cannot read '" + file + "'");
+  return bytes.str();
 }
 
 std::unique_ptr<Package> Package::open(const std::string &path) {
@@ -47,9 +89,10 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
                                    " is not the supported format " +
                                    std::to_string(kManifestFormat));
     package->target_ = manifest.at("target").get<std::string>();
-    if (package->target_ != "cpu")
+    if (package->target_ != "cpu" && !isCudaTarget(package->target_))
       throw packageError(path, "package is for target '" + package->target_ +
-                                   "'; this runtime runs cpu packages on the host");
+                                   "'; this runtime runs cpu, sm_90a and "
+                                   "sm_80 packages");
     package->layer_ = manifest.at("layer").get<std::string>();
     package->keyDim_ = manifest.at("key_dim").get<int64_t>();
     package->valueDim_ = manifest.at("value_dim").get<int64_t>();
@@ -66,29 +109,107 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
         package->params_.push_back(info);
       package->arguments_.push_back(std::move(info));
     }
-    std::string library =
-        path + "/" + manifest.at("kernels").at(0).at("file").get<std::string>();
-    std::string entry =
-        manifest.at("kernels").at(0).at("entry").get<std::string>();
-    package->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!package->library_)
-      throw packageError(path, std::string("cannot load kernel: ") + dlerror());
-    auto version = reinterpret_cast<linac_cpu_abi_version_fn>(
-        dlsym(package->library_, "linac_cpu_abi_version"));
-    if (!version || version() != LINAC_CPU_ABI_VERSION)
-      throw packageError(path, "kernel was built for another CPU ABI version");
-    package->forward_ = dlsym(package->library_, entry.c_str());
-    if (!package->forward_)
-      throw packageError(path, "kernel has no entry '" + entry + "'");
+    if (package->runsOnDevice()) {
+      int abiVersion = manifest.at("cuda_abi_version").get<int>();
+      if (abiVersion != LINAC_CUDA_ABI_VERSION)
+        throw packageError(path, "kernels were built for CUDA ABI version " +
+                                     std::to_string(abiVersion) +
+                                     "; this runtime supports version " +
+                                     std::to_string(LINAC_CUDA_ABI_VERSION));
+      if (package->inputs_.size() > LINAC_CUDA_MAX_ARGUMENTS ||
+          package->params_.size() > LINAC_CUDA_MAX_ARGUMENTS)
+        throw packageError(path, "layer has more than " +
+                                     std::to_string(LINAC_CUDA_MAX_ARGUMENTS) +
+                                     " inputs or parameters");
+      std::string cubin;
+      for (const nlohmann::json &kernel : manifest.at("kernels")) {
+        std::string entry = kernel.at("entry").get<std::string>();
+        std::string file = kernel.at("file").get<std::string>();
+        std::optional<DType> dtype =
+            parseDType(kernel.at("dtype").get<std::string>());
+        int64_t blockThreads = kernel.at("block_threads").get<int64_t>();
+        int64_t sharedMemory = kernel.at("shared_memory").get<int64_t>();
+        if (!dtype)
+          throw packageError(path, "kernel '" + entry + "' has dtype " +
+                                       kernel.at("dtype").dump() +
+                                       "; expected float32, bfloat16 or "
+                                       "float16");
+        if (blockThreads <= 0 || blockThreads > 1024 || sharedMemory < 0 ||
+            sharedMemory > INT32_MAX)
+          throw packageError(path, "kernel '" + entry +
+                                       "' has an impossible launch shape");
+        if (cubin.empty())
+          cubin = file;
+        else if (file != cubin)
+          throw packageError(path, "kernel '" + entry + "' is in '" + file +
+                                       "', not in the package's cubin '" +
+                                       cubin + "'");
+        package->kernels_.push_back(
+            {entry, *dtype, unsigned(blockThreads), unsigned(sharedMemory)});
+      }
+      if (package->kernels_.empty())
+        throw packageError(path, "manifest lists no kernels");
+      package->modules_ =
+          std::make_unique<cuda::ModuleCache>(readFile(path, cubin));
+    } else {
+      std::string library =
+          path + "/" +
+          manifest.at("kernels").at(0).at("file").get<std::string>();
+      std::string entry =
+          manifest.at("kernels").at(0).at("entry").get<std::string>();
+      package->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!package->library_)
+        throw packageError(path,
+                           std::string("cannot load kernel: ") + dlerror());
+      auto version = reinterpret_cast<linac_cpu_abi_version_fn>(
+          dlsym(package->library_, "linac_cpu_abi_version"));
+      if (!version || version() != LINAC_CPU_ABI_VERSION)
+        throw packageError(path,
+                           "kernel was built for another CPU ABI version");
+      package->forward_ = dlsym(package->library_, entry.c_str());
+      if (!package->forward_)
+        throw packageError(path, "kernel has no entry '" + entry + "'");
+    }
   } catch (const nlohmann::json::exception &e) {
     throw packageError(path, std::string("corrupt manifest: ") + e.what());
   }
   return package;
 }
 
+Package::Package() = default;
+
 Package::~Package() {
   if (library_)
     dlclose(library_);
+}
+
+void Package::requireTarget(bool device) const {
+  if (device && !runsOnDevice())
+    throw argumentError("package for target '" + target_ +
+                        "' runs on the host; call the host forward pass");
+  if (!device && runsOnDevice())
+    throw argumentError("package for target '" + target_ +
+                        "' runs on a CUDA device; call the device forward "
+                        "pass");
+}
+
+const Package::CudaKernel &Package::kernelFor(DType dtype) const {
+  if (!nameOf(dtype))
+    throw argumentError("unknown dtype " + std::to_string(int(dtype)) +
+                        "; expected float32 (0), bfloat16 (1) or float16 (2)");
+  std::vector<DType> available;
+  for (const CudaKernel &kernel : kernels_) {
+    if (kernel.dtype == dtype)
+      return kernel;
+    if (std::find(available.begin(), available.end(), kernel.dtype) ==
+        available.end())
+      available.push_back(kernel.dtype);
+  }
+  std::string names;
+  for (DType other : available)
+    names += (names.empty() ? "" : ", ") + std::string(nameOf(other));
+  throw argumentError("package has no " + std::string(nameOf(dtype)) +
+                      " kernel; it has " + names);
 }
 
 /// Elements per token (inputs) or per head (parameters) of a kind.
@@ -103,9 +224,39 @@ static std::vector<int64_t> trailingDims(const std::string &kind, int64_t k,
   return {};
 }
 
-ForwardShape Package::check(const ForwardRequest &request) const {
+/// The read's scale: the request's, or K^-1/2 for 0.
+static float scaleOrDefault(float scale, int64_t keyDim) {
+  return scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(keyDim));
+}
+
+template <typename Tensor>
+static std::map<std::string, std::vector<int64_t>>
+shapesOf(const std::map<std::string, Tensor> &tensors) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto &[name, tensor] : tensors)
+    shapes.emplace(name, tensor.shape);
+  return shapes;
+}
+
+static std::string describe(const ArgumentInfo &arg) {
+  return arg.role + " '" + arg.name + "'";
+}
+
+/// Throws unless the pointer to `what` is present and `alignment`-aligned.
+static void checkPointer(const void *data, size_t alignment,
+                         const std::string &what) {
+  if (!data)
+    throw argumentError(what + " has no data");
+  if (reinterpret_cast<uintptr_t>(data) % alignment != 0)
+    throw argumentError(what + " is not aligned to its " +
+                        std::to_string(alignment) + "-byte elements");
+}
+
+ForwardShape
+Package::checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
+                     const std::vector<int64_t> &cuSeqlens, float scale) const {
   ForwardShape shape;
-  for (const auto &[name, tensor] : request.tensors) {
+  for (const auto &[name, tensorShape] : shapes) {
     bool known = false;
     for (const ArgumentInfo &arg : arguments_)
       known |= arg.name == name && arg.role != "runtime";
@@ -113,53 +264,50 @@ ForwardShape Package::check(const ForwardRequest &request) const {
       throw argumentError("'" + name + "' is not an argument of layer @" +
                           layer_);
   }
-  auto tensorOf = [&](const ArgumentInfo &arg) -> const HostTensor & {
-    auto it = request.tensors.find(arg.name);
-    if (it == request.tensors.end())
+  auto shapeOf = [&](const ArgumentInfo &arg) -> const std::vector<int64_t> & {
+    auto it = shapes.find(arg.name);
+    if (it == shapes.end())
       throw argumentError("missing " + arg.role + " '" + arg.name +
                           "', shape " + arg.shape);
-    if (!it->second.data)
-      throw argumentError(arg.role + " '" + arg.name + "' has no data");
     return it->second;
   };
-  auto fail = [&](const ArgumentInfo &arg, const HostTensor &t,
+  auto fail = [&](const ArgumentInfo &arg, const std::vector<int64_t> &t,
                   const std::string &why) {
-    return argumentError(arg.role + " '" + arg.name + "' has shape " +
-                         shapeString(t.shape) + ", expected " + arg.shape +
-                         ": " + why);
+    return argumentError(describe(arg) + " has shape " + shapeString(t) +
+                         ", expected " + arg.shape + ": " + why);
   };
 
   bool first = true;
   std::vector<int64_t> heads;
   for (const ArgumentInfo &arg : inputs_) {
-    const HostTensor &t = tensorOf(arg);
+    const std::vector<int64_t> &t = shapeOf(arg);
     std::vector<int64_t> trailing = trailingDims(arg.kind, keyDim_, valueDim_);
-    if (t.shape.size() != 3 + trailing.size())
+    if (t.size() != 3 + trailing.size())
       throw fail(arg, t, "wrong rank");
-    if (!std::equal(trailing.begin(), trailing.end(), t.shape.begin() + 3))
+    if (!std::equal(trailing.begin(), trailing.end(), t.begin() + 3))
       throw fail(arg, t, "feature dimensions differ from the layer's");
     if (first) {
-      shape.batch = t.shape[0];
-      shape.tokens = t.shape[1];
+      shape.batch = t[0];
+      shape.tokens = t[1];
       first = false;
-    } else if (t.shape[0] != shape.batch || t.shape[1] != shape.tokens) {
+    } else if (t[0] != shape.batch || t[1] != shape.tokens) {
       throw fail(arg, t, "batch and time differ from the first input's [" +
                              std::to_string(shape.batch) + ", " +
                              std::to_string(shape.tokens) + ", ...]");
     }
-    if (t.shape[2] <= 0)
+    if (t[2] <= 0)
       throw fail(arg, t, "no heads");
-    heads.push_back(t.shape[2]);
-    shape.heads = std::max(shape.heads, t.shape[2]);
+    heads.push_back(t[2]);
+    shape.heads = std::max(shape.heads, t[2]);
   }
   for (const ArgumentInfo &arg : params_) {
-    const HostTensor &t = tensorOf(arg);
+    const std::vector<int64_t> &t = shapeOf(arg);
     std::vector<int64_t> trailing = trailingDims(arg.kind, keyDim_, valueDim_);
-    if (t.shape.size() != 1 + trailing.size() ||
-        !std::equal(trailing.begin(), trailing.end(), t.shape.begin() + 1) ||
-        t.shape[0] <= 0)
+    if (t.size() != 1 + trailing.size() ||
+        !std::equal(trailing.begin(), trailing.end(), t.begin() + 1) ||
+        t[0] <= 0)
       throw fail(arg, t, "parameters are [H] or [H, D]");
-    heads.push_back(t.shape[0]);
+    heads.push_back(t[0]);
   }
   for (int64_t h : heads)
     if (shape.heads % h != 0)
@@ -169,30 +317,67 @@ ForwardShape Package::check(const ForwardRequest &request) const {
   if (shape.batch < 0 || shape.tokens < 0)
     throw argumentError("negative batch or time");
 
-  if (request.cuSeqlens.empty()) {
+  if (cuSeqlens.empty()) {
     shape.sequences = shape.batch;
   } else {
-    const std::vector<int64_t> &cu = request.cuSeqlens;
     if (shape.batch != 1)
       throw argumentError("cu_seqlens needs batch 1 (a packed token axis), "
                           "got batch " + std::to_string(shape.batch));
-    if (cu.size() < 2 || cu.front() != 0 || cu.back() != shape.tokens)
+    if (cuSeqlens.size() < 2 || cuSeqlens.front() != 0 ||
+        cuSeqlens.back() != shape.tokens)
       throw argumentError("cu_seqlens must start at 0 and end at T = " +
                           std::to_string(shape.tokens) + ", got " +
-                          shapeString(cu));
-    for (size_t i = 1; i < cu.size(); ++i)
-      if (cu[i] < cu[i - 1])
+                          shapeString(cuSeqlens));
+    for (size_t i = 1; i < cuSeqlens.size(); ++i)
+      if (cuSeqlens[i] < cuSeqlens[i - 1])
         throw argumentError("cu_seqlens must be non-decreasing, got " +
-                            shapeString(cu));
-    shape.sequences = int64_t(cu.size()) - 1;
+                            shapeString(cuSeqlens));
+    shape.sequences = int64_t(cuSeqlens.size()) - 1;
   }
-  if (!(std::isfinite(request.scale) && request.scale >= 0.0f))
+  if (!(std::isfinite(scale) && scale >= 0.0f))
     throw argumentError("scale must be finite and non-negative (0 for the "
                         "default)");
   return shape;
 }
 
+ForwardShape Package::check(const ForwardRequest &request) const {
+  ForwardShape shape =
+      checkShapes(shapesOf(request.tensors), request.cuSeqlens, request.scale);
+  for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
+    for (const ArgumentInfo &arg : *args)
+      checkPointer(request.tensors.at(arg.name).data, sizeof(float),
+                   describe(arg));
+  return shape;
+}
+
+ForwardShape Package::check(const DeviceForwardRequest &request) const {
+  requireTarget(/*device=*/true);
+  // Refuses a dtype outside the enum or one the package has no kernel for.
+  kernelFor(request.dtype);
+  ForwardShape shape =
+      checkShapes(shapesOf(request.tensors), request.cuSeqlens, request.scale);
+  size_t elementSize = sizeOf(request.dtype);
+  for (const ArgumentInfo &arg : inputs_)
+    checkPointer(request.tensors.at(arg.name).data, elementSize, describe(arg));
+  for (const ArgumentInfo &arg : params_)
+    checkPointer(request.tensors.at(arg.name).data, sizeof(float),
+                 describe(arg));
+  if (!request.output)
+    throw argumentError("no output buffer");
+  checkPointer(request.output, elementSize, "output");
+  if (request.initialState)
+    checkPointer(request.initialState, sizeof(float), "initial_state");
+  if (request.finalState)
+    checkPointer(request.finalState, sizeof(float), "final_state");
+  if (shape.sequences > kMaxCudaSequences)
+    throw argumentError(
+        "CUDA kernels run at most " + std::to_string(kMaxCudaSequences) +
+        " sequences per call, got " + std::to_string(shape.sequences));
+  return shape;
+}
+
 void Package::forward(const ForwardRequest &request) const {
+  requireTarget(/*device=*/false);
   ForwardShape shape = check(request);
   if (!request.output)
     throw argumentError("no output buffer");
@@ -224,13 +409,63 @@ void Package::forward(const ForwardRequest &request) const {
   args.initial_state = request.initialState;
   args.final_state = request.finalState;
   args.output = request.output;
-  args.scale = request.scale > 0.0f
-                   ? request.scale
-                   : 1.0f / std::sqrt(static_cast<float>(keyDim_));
+  args.scale = scaleOrDefault(request.scale, keyDim_);
   int status = reinterpret_cast<linac_cpu_forward_fn>(forward_)(&args);
   if (status != 0)
     throw Error(Error::Kind::Kernel,
                 "kernel failed with status " + std::to_string(status));
+}
+
+void Package::forwardDevice(const DeviceForwardRequest &request) const {
+  ForwardShape shape = check(request);
+  const CudaKernel &kernel = kernelFor(request.dtype);
+  CUcontext context = cuda::currentContext();
+  auto requireDeviceMemory = [](const void *data, const std::string &what) {
+    if (data && !cuda::isDeviceMemory(data))
+      throw argumentError(what + " is a host pointer; pass device memory");
+  };
+  linac_cuda_forward_args args{};
+  args.num_seqs = shape.sequences;
+  args.tokens_per_seq = shape.tokens;
+  args.num_heads = shape.heads;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const DeviceTensor &t = request.tensors.at(inputs_[i].name);
+    requireDeviceMemory(t.data, describe(inputs_[i]));
+    args.inputs[i] = t.data;
+    args.input_heads[i] = t.shape[2];
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const DeviceTensor &t = request.tensors.at(params_[i].name);
+    requireDeviceMemory(t.data, describe(params_[i]));
+    args.params[i] = static_cast<const float *>(t.data);
+    args.param_heads[i] = t.shape[0];
+  }
+  requireDeviceMemory(request.initialState, "initial_state");
+  requireDeviceMemory(request.finalState, "final_state");
+  requireDeviceMemory(request.output, "output");
+  args.initial_state = request.initialState;
+  args.final_state = request.finalState;
+  args.output = request.output;
+  args.scale = scaleOrDefault(request.scale, keyDim_);
+  // An empty batch is done; the driver refuses a grid without blocks.
+  if (shape.sequences == 0)
+    return;
+
+  CUfunction function =
+      modules_->function(context, kernel.entry, kernel.sharedMemory);
+  auto stream = static_cast<CUstream>(request.stream);
+  std::optional<cuda::StreamBuffer> cuSeqlens;
+  if (!request.cuSeqlens.empty()) {
+    cuSeqlens.emplace(request.cuSeqlens.data(),
+                      request.cuSeqlens.size() * sizeof(int64_t), stream);
+    args.cu_seqlens = reinterpret_cast<const int64_t *>(cuSeqlens->address());
+  }
+  void *params[] = {&args};
+  cuda::check(cuda::driver().cuLaunchKernel(
+                  function, unsigned(shape.heads), unsigned(shape.sequences), 1,
+                  kernel.blockThreads, 1, 1, kernel.sharedMemory, stream,
+                  params, nullptr),
+              "cuLaunchKernel('" + kernel.entry + "')");
 }
 
 } // namespace linac
@@ -245,6 +480,35 @@ struct linac_package {
 
 static thread_local std::string lastError;
 
+static linac::Error invalidArgument(const std::string &what) {
+  return linac::Error(linac::Error::Kind::InvalidArgument, what);
+}
+
+/// The C API's named tensors as the C++ API's map.
+template <typename Tensor, typename CTensor>
+static std::map<std::string, Tensor> tensorsOf(const CTensor *tensors,
+                                               size_t count) {
+  if (count && !tensors)
+    throw invalidArgument("no tensors for num_tensors " +
+                          std::to_string(count));
+  std::map<std::string, Tensor> result;
+  for (size_t i = 0; i < count; ++i) {
+    const CTensor &t = tensors[i];
+    if (!t.name || t.ndim < 0 || (t.ndim > 0 && !t.shape))
+      throw invalidArgument("tensor " + std::to_string(i) +
+                            " has no name or shape");
+    result[t.name] = {t.data, std::vector<int64_t>(t.shape, t.shape + t.ndim)};
+  }
+  return result;
+}
+
+static std::vector<int64_t> cuSeqlensOf(const int64_t *cuSeqlens,
+                                        size_t count) {
+  if (!cuSeqlens)
+    return {};
+  return std::vector<int64_t>(cuSeqlens, cuSeqlens + count);
+}
+
 template <typename F> static linac_status guarded(F body) {
   try {
     body();
@@ -258,6 +522,8 @@ template <typename F> static linac_status guarded(F body) {
       return LINAC_ERROR_PACKAGE;
     case linac::Error::Kind::Kernel:
       return LINAC_ERROR_KERNEL;
+    case linac::Error::Kind::Driver:
+      return LINAC_ERROR_DRIVER;
     }
   } catch (const std::exception &e) {
     lastError = e.what();
@@ -272,8 +538,8 @@ const char *linac_last_error(void) { return lastError.c_str(); }
 linac_status linac_package_open(const char *path, linac_package **package) {
   return guarded([&] {
     if (!path || !package)
-      throw linac::Error(linac::Error::Kind::InvalidArgument,
-                         "linac_package_open needs a path and an out pointer");
+      throw invalidArgument(
+          "linac_package_open needs a path and an out pointer");
     *package = new linac_package{linac::Package::open(path)};
   });
 }
@@ -289,8 +555,7 @@ linac_status linac_package_argument(const linac_package *package, size_t i,
                                     const char **shape) {
   return guarded([&] {
     if (!package || i >= package->package->arguments().size())
-      throw linac::Error(linac::Error::Kind::InvalidArgument,
-                         "no argument " + std::to_string(i));
+      throw invalidArgument("no argument " + std::to_string(i));
     const linac::ArgumentInfo &arg = package->package->arguments()[i];
     if (name)
       *name = arg.name.c_str();
@@ -301,30 +566,53 @@ linac_status linac_package_argument(const linac_package *package, size_t i,
   });
 }
 
+const char *linac_package_target(const linac_package *package) {
+  return package ? package->package->target().c_str() : "";
+}
+
 linac_status linac_forward_host(linac_package *package,
                                 const linac_forward_args *args) {
   return guarded([&] {
     if (!package || !args)
-      throw linac::Error(linac::Error::Kind::InvalidArgument,
-                         "linac_forward_host needs a package and arguments");
+      throw invalidArgument("linac_forward_host needs a package and arguments");
     linac::ForwardRequest request;
-    for (size_t i = 0; i < args->num_tensors; ++i) {
-      const linac_host_tensor &t = args->tensors[i];
-      if (!t.name || t.ndim < 0 || (t.ndim > 0 && !t.shape))
-        throw linac::Error(linac::Error::Kind::InvalidArgument,
-                           "tensor " + std::to_string(i) +
-                               " has no name or shape");
-      request.tensors[t.name] = {t.data,
-                                 std::vector<int64_t>(t.shape, t.shape + t.ndim)};
-    }
-    if (args->cu_seqlens)
-      request.cuSeqlens.assign(args->cu_seqlens,
-                               args->cu_seqlens + args->num_cu_seqlens);
+    request.tensors =
+        tensorsOf<linac::HostTensor>(args->tensors, args->num_tensors);
+    request.cuSeqlens = cuSeqlensOf(args->cu_seqlens, args->num_cu_seqlens);
     request.initialState = args->initial_state;
     request.finalState = args->final_state;
     request.output = args->output;
     request.scale = args->scale;
     package->package->forward(request);
+  });
+}
+
+linac_status linac_forward_device(linac_package *package,
+                                  const linac_device_forward_args *args) {
+  return guarded([&] {
+    if (!package || !args)
+      throw invalidArgument(
+          "linac_forward_device needs a package and arguments");
+    linac::DeviceForwardRequest request;
+    request.tensors =
+        tensorsOf<linac::DeviceTensor>(args->tensors, args->num_tensors);
+    // C may store any int in a linac_dtype, while C++ may assume an enum
+    // holds only its enumerators' values: read the int, and let the C++ API
+    // reject values it does not name.
+    static_assert(sizeof(linac_dtype) == sizeof(int) &&
+                  LINAC_FLOAT32 == int(linac::DType::Float32) &&
+                  LINAC_BFLOAT16 == int(linac::DType::BFloat16) &&
+                  LINAC_FLOAT16 == int(linac::DType::Float16));
+    int dtype;
+    std::memcpy(&dtype, &args->dtype, sizeof dtype);
+    request.dtype = static_cast<linac::DType>(dtype);
+    request.cuSeqlens = cuSeqlensOf(args->cu_seqlens, args->num_cu_seqlens);
+    request.initialState = args->initial_state;
+    request.finalState = args->final_state;
+    request.output = args->output;
+    request.scale = args->scale;
+    request.stream = args->stream;
+    package->package->forwardDevice(request);
   });
 }
 

@@ -78,11 +78,29 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       auto add = [&](StringRef name, Attribute value) {
         plan.push_back(b.getNamedAttr(name, value));
       };
-      if (!form.chunkable) {
+      StateType state = layer.getStateType();
+      int64_t valueDim = state.getValueDim();
+      // Why a chunkable body still runs as a scan on GPUs: the chunkwise
+      // kernel keeps a head's whole state in one block's registers and
+      // takes gate factors on the key side only.
+      StringRef scanReason;
+      if (gpu && form.chunkable) {
+        if (form.valueDecay)
+          scanReason = "value-side decay";
+        else if (state.getKeyDim() % 16 || valueDim % 16 ||
+                 state.getKeyDim() > 128 || valueDim > 128)
+          scanReason = "dimensions not multiples of 16 up to 128";
+      }
+      if (!form.chunkable || !scanReason.empty()) {
         add("family", b.getStringAttr("recurrent"));
-        // One program per (sequence, head, value tile), the state on chip.
-        add("value_tile",
-            b.getI64IntegerAttr(gpu ? 32 : layer.getStateType().getValueDim()));
+        if (!scanReason.empty())
+          add("recurrent_reason", b.getStringAttr(scanReason));
+        // One program per (sequence, head), thread j holding column j (and
+        // one more for the normaliser).
+        if (gpu)
+          add("block_threads",
+              b.getI64IntegerAttr((valueDim + form.normalizer + 31) / 32 * 32));
+        add("grid", b.getStringAttr("heads,sequences"));
         layer->setAttr(kPlanAttr, b.getDictionaryAttr(plan));
         return;
       }
@@ -103,13 +121,11 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       add("gate_numerics", b.getStringAttr(numerics));
       if (numerics == "subchunk")
         add("subchunk_size", b.getI64IntegerAttr(16));
-      if (gpu) {
-        add("value_tile", b.getI64IntegerAttr(64));
-        add("block_threads", b.getI64IntegerAttr(128));
-      }
-      // One program per (sequence, head[, value tile]).
-      add("grid", b.getStringAttr(gpu ? "sequences*heads*value_tiles"
-                                      : "sequences*heads"));
+      // One program per (sequence, head): eight warps, the state in their
+      // registers.
+      if (gpu)
+        add("block_threads", b.getI64IntegerAttr(256));
+      add("grid", b.getStringAttr("heads,sequences"));
       layer->setAttr(kPlanAttr, b.getDictionaryAttr(plan));
     });
   }

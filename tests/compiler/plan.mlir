@@ -12,7 +12,7 @@
 
 // On GPUs a key-vector gate is handled in sub-chunks of 16.
 // SM90: linac.layer @vector_gate
-// SM90-SAME: linac.plan = {block_threads = 128 : i64, chunk_size = 64 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "sequences*heads*value_tiles", subchunk_size = 16 : i64, target = "sm_90a", value_tile = 64 : i64}
+// SM90-SAME: linac.plan = {block_threads = 256 : i64, chunk_size = 64 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "heads,sequences", subchunk_size = 16 : i64, target = "sm_90a"}
 // SM80: linac.layer @vector_gate
 // SM80-SAME: target = "sm_80"
 linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : !key, %b : f32) {
@@ -24,10 +24,29 @@ linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, 
 }
 
 // SM90: linac.layer @matrix
-// SM90-SAME: linac.plan = {family = "recurrent", target = "sm_90a", value_tile = 32 : i64}
+// SM90-SAME: linac.plan = {block_threads = 32 : i64, family = "recurrent", grid = "heads,sequences", target = "sm_90a"}
 linac.layer @matrix(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %G : tensor<64x32xf32, #linac.matrix>) {
   %S1 = linac.matrix_gate %S, %G : !state, tensor<64x32xf32, #linac.matrix>
   %S2 = linac.write %S1, %k, %v : !state, !key, !value
   %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value
+}
+
+// A value-side decay, or dimensions the tensor-core kernel does not tile,
+// run as the recurrent scan on GPUs (the CPU stays chunkwise).
+// SM90: linac.layer @value_decay
+// SM90-SAME: linac.plan = {block_threads = 32 : i64, family = "recurrent", grid = "heads,sequences", recurrent_reason = "value-side decay", target = "sm_90a"}
+linac.layer @value_decay(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %h : !value) {
+  %S1 = linac.decay %S value(%h : !value) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}
+
+// SM90: linac.layer @odd_dims
+// SM90-SAME: linac.plan = {block_threads = 64 : i64, family = "recurrent", grid = "heads,sequences", recurrent_reason = "dimensions not multiples of 16 up to 128", target = "sm_90a"}
+linac.layer @odd_dims(%S : !linac.state<24x40>) inputs(%q : tensor<24xf32, #linac.key>, %k : tensor<24xf32, #linac.key>, %v : tensor<40xf32, #linac.value>) {
+  %S1 = linac.write %S, %k, %v : !linac.state<24x40>, tensor<24xf32, #linac.key>, tensor<40xf32, #linac.value>
+  %o = linac.read %S1, %q : !linac.state<24x40>, tensor<24xf32, #linac.key> -> tensor<40xf32, #linac.value>
+  linac.yield %S1, %o : !linac.state<24x40>, tensor<40xf32, #linac.value>
 }

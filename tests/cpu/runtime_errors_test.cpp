@@ -143,13 +143,30 @@ TEST_F(RuntimeErrors, NoOutputBuffer) {
 TEST_F(RuntimeErrors, PackageForAnotherTarget) {
   fs::path path = editedPackage("other_target.linac", [](std::string m) {
     return std::regex_replace(m, std::regex("\"target\": \"cpu\""),
-                              "\"target\": \"sm_90a\"");
+                              "\"target\": \"sm_70\"");
   });
   linac_package *handle = nullptr;
   EXPECT_EQ(linac_package_open(path.c_str(), &handle), LINAC_ERROR_PACKAGE);
-  EXPECT_NE(std::string(linac_last_error()).find("package is for target 'sm_90a'"),
+  EXPECT_NE(std::string(linac_last_error()).find("package is for target 'sm_70'"),
             std::string::npos)
       << linac_last_error();
+}
+
+TEST_F(RuntimeErrors, DeviceForwardOnACpuPackage) {
+  linac::DeviceForwardRequest device;
+  for (const auto &[name, t] : request.tensors)
+    device.tensors[name] = {t.data, t.shape};
+  device.output = output.data();
+  try {
+    package->forwardDevice(device);
+    ADD_FAILURE() << "ran a cpu package on the device";
+  } catch (const linac::Error &e) {
+    EXPECT_EQ(e.kind, linac::Error::Kind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("package for target 'cpu' runs on "
+                                         "the host"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(RuntimeErrors, CorruptManifest) {

@@ -1,8 +1,9 @@
-// A package holds one layer; a GPU target has no backend yet.
+// A package holds one layer, on every target; targets are checked first.
 // RUN: not linac compile %s -o %t.linac 2>&1 | FileCheck %s
-// RUN: not linac compile %s --target sm_90a -o %t.linac 2>&1 | FileCheck %s --check-prefix=TARGET
+// RUN: not linac compile %s --target sm_90a -o %t.linac 2>&1 | FileCheck %s
+// RUN: not linac compile %s --target sm_70 -o %t.linac 2>&1 | FileCheck %s --check-prefix=TARGET
 // CHECK: holds 2 layers; a package holds one
-// TARGET: target 'sm_90a' has no backend yet
+// TARGET: unknown target 'sm_70'; expected cpu, sm_90a or sm_80
 
 !key = tensor<16xf32, #linac.key>
 !value = tensor<16xf32, #linac.value>

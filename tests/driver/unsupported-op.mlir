@@ -7,7 +7,7 @@
 !state = !linac.state<16x16>
 
 linac.layer @sine_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : f32) {
-  // CHECK: error: the CPU backend cannot lower this op
+  // CHECK: error: no backend can lower this op
   %s = math.sin %g : f32
   %S1 = linac.decay %S key(%s : f32) : !state
   %S2 = linac.write %S1, %k, %v : !state, !key, !value

@@ -1,11 +1,19 @@
-// Parses, verifies and round-trips examples/full_matrix_gate.mlir.
+// Parses, verifies and round-trips examples/full_matrix_gate.mlir, and compiles it for sm_90a.
 // RUN: linac-opt %examples/full_matrix_gate.mlir > %t.1.mlir
 // RUN: linac-opt %t.1.mlir > %t.2.mlir
 // RUN: diff %t.1.mlir %t.2.mlir
 // RUN: FileCheck %s --input-file %t.1.mlir
+// RUN: linac compile %examples/full_matrix_gate.mlir --target sm_90a -o %t.linac 2>/dev/null
+// RUN: FileCheck %s --check-prefix=CUDA --input-file %t.linac/manifest.json
+// RUN: test -s %t.linac/layer.cubin
 
 // CHECK-LABEL: linac.layer @full_matrix_gate(%S: !linac.state<128x128>) inputs(%q: !key, %k: !key, %v: !value, %G: tensor<128x128xf32, #linac.matrix>)
 // CHECK: %{{[0-9]+}} = linac.matrix_gate %S, %{{[0-9]+}} : !linac.state<128x128>, tensor<128x128xf32, #linac.matrix>
 // CHECK: %{{[0-9]+}} = linac.write %{{[0-9]+}}, %k, %v : !linac.state<128x128>, !key, !value
 // CHECK: %{{[0-9]+}} = linac.read %{{[0-9]+}}, %q : !linac.state<128x128>, !key -> !value
 // CHECK: linac.yield %{{[0-9]+}}, %{{[0-9]+}} : !linac.state<128x128>, !value
+
+// The package for sm_90a lists its fastest kernel first.
+// CUDA: "kernels": [
+// CUDA-NEXT: {
+// CUDA: "entry": "linac_scan_float32"

@@ -23,7 +23,7 @@ TEST(Npy, RoundTripsRandomFloat32) {
   std::string path = tempPath("f32.npy");
   linac::writeNpy(path, linac::makeFloat32({2, 3, 5}, values));
   linac::NpyArray back = linac::readNpy(path);
-  EXPECT_EQ(back.dtype, linac::DType::Float32);
+  EXPECT_EQ(back.dtype, linac::NpyDType::Float32);
   EXPECT_EQ(back.shape, (std::vector<int64_t>{2, 3, 5}));
   EXPECT_EQ(back.toFloat(), values);
   std::remove(path.c_str());

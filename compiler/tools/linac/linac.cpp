@@ -1,12 +1,13 @@
 //===- linac.cpp - the linac compiler driver ------------------------------===//
 //
-//   linac compile SPEC --target cpu -o NAME.linac   spec -> package
+//   linac compile SPEC --target cpu|sm_90a|sm_80 -o NAME.linac   spec -> package
 //   linac run NAME.linac --inputs DIR --outputs DIR  .npy in, .npy out
 //   linac describe NAME.linac                        arguments and shapes
 //
 //===----------------------------------------------------------------------===//
 
 #include "linac/Compiler/Codegen.h"
+#include "linac/cuda/abi.h"
 #include "linac/Compiler/Passes.h"
 #include "linac/Linac.h"
 #include "linac/npy.h"
@@ -21,6 +22,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SHA256.h"
@@ -37,6 +39,8 @@ namespace cl = llvm::cl;
 namespace fs = llvm::sys::fs;
 
 static constexpr const char *kCompilerVersion = "0.1.0";
+/// The calling convention of templates/linac/cuda/abi.h.
+static constexpr int kCudaAbiVersion = LINAC_CUDA_ABI_VERSION;
 
 static cl::SubCommand compileCommand("compile", "Compile a spec into a package");
 static cl::opt<std::string> specPath(cl::Positional, cl::desc("<spec.mlir>"),
@@ -80,24 +84,139 @@ static std::string templatesDir() {
   return LINAC_TEMPLATES_DIR;
 }
 
-/// Compiles the generated source into a shared object with the host compiler.
-static LogicalResult buildSharedObject(StringRef source, StringRef object) {
-  const char *cxx = std::getenv("CXX");
-  llvm::ErrorOr<std::string> compiler =
-      llvm::sys::findProgramByName(cxx ? cxx : "c++");
-  if (!compiler) {
-    fail("no host C++ compiler found (set CXX)");
+/// How a target's generated source becomes its kernel file.
+struct Toolchain {
+  std::string program; ///< the compiler's path
+  std::vector<std::string> flags;
+  std::string source, kernel; ///< file names inside the package
+};
+
+static FailureOr<Toolchain> toolchainFor(StringRef target) {
+  Toolchain tools;
+  std::string include = "-I" + templatesDir();
+  const char *override = std::getenv(target == "cpu" ? "CXX" : "NVCC");
+  StringRef name = override ? override : target == "cpu" ? "c++" : "nvcc";
+  if (name.contains('/') && !fs::can_execute(name)) {
+    fail(fmt::format("{} (from {}) is not an executable", name.str(),
+                     target == "cpu" ? "CXX" : "NVCC"));
     return failure();
   }
-  std::string include = "-I" + templatesDir();
-  SmallVector<StringRef> args{*compiler, "-std=c++17", "-O2", "-fPIC",
-                              "-shared", include, source, "-o", object};
-  std::string error;
-  int status = llvm::sys::ExecuteAndWait(*compiler, args, std::nullopt, {}, 0,
-                                         0, &error);
-  if (status != 0) {
-    fail(fmt::format("host compiler failed on {} ({})", source.str(), error));
+  llvm::ErrorOr<std::string> program = llvm::sys::findProgramByName(name);
+  if (!program && target != "cpu")
+    program = llvm::sys::findProgramByName(name, {"/usr/local/cuda/bin"});
+  if (!program) {
+    fail(target == "cpu" ? "no host C++ compiler found (set CXX)"
+                         : "no nvcc found on PATH or in /usr/local/cuda/bin "
+                           "(set NVCC)");
     return failure();
+  }
+  tools.program = *program;
+  if (target == "cpu") {
+    tools.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", include};
+    tools.source = "layer.cpp";
+    tools.kernel = "layer.so";
+  } else {
+    // The a-suffixed targets need -gencode: -arch=sm_90a also runs a plain
+    // sm_90 pass.
+    std::string arch = target.drop_front(3).str();
+    // 177: the Layer's constants the CUDA templates leave unread.
+    tools.flags = {"-std=c++17", "-O3", "-cubin", "-lineinfo",
+                   "-diag-suppress=177",
+                   fmt::format("-gencode=arch=compute_{0},code=sm_{0}", arch),
+                   include};
+    tools.source = "layer.cu";
+    tools.kernel = "layer.cubin";
+  }
+  return tools;
+}
+
+/// Runs `program args...`, returning its exit status; its output goes to
+/// `capture` when given.
+static int execute(const std::string &program,
+                   const std::vector<std::string> &args, std::string &error,
+                   StringRef capture = "") {
+  SmallVector<StringRef> argv{program};
+  for (const std::string &arg : args)
+    argv.push_back(arg);
+  std::optional<StringRef> redirects[] = {std::nullopt, capture, capture};
+  if (capture.empty())
+    return llvm::sys::ExecuteAndWait(program, argv, std::nullopt, {}, 0, 0,
+                                     &error);
+  return llvm::sys::ExecuteAndWait(program, argv, std::nullopt, redirects, 0,
+                                   0, &error);
+}
+
+static std::string readFile(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  return buffer ? (*buffer)->getBuffer().str() : std::string();
+}
+
+/// Everything a kernel file depends on besides the spec: the templates'
+/// text, the toolchain's flags and its own version.
+static std::string toolchainFingerprint(const Toolchain &tools) {
+  std::string text = tools.program;
+  for (const std::string &flag : tools.flags)
+    text += " " + flag;
+  SmallString<128> versionFile;
+  if (!fs::createTemporaryFile("linac-version", "txt", versionFile)) {
+    std::string error;
+    execute(tools.program, {"--version"}, error, versionFile);
+    text += readFile(versionFile.str().str());
+    fs::remove(versionFile);
+  }
+  std::vector<std::string> templates;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(templatesDir(), ec), end;
+       it != end && !ec; it.increment(ec))
+    if (it->type() == fs::file_type::regular_file)
+      templates.push_back(it->path());
+  llvm::sort(templates);
+  for (const std::string &path : templates)
+    text += path + readFile(path);
+  return text;
+}
+
+static std::string cacheDir() {
+  if (const char *dir = std::getenv("LINAC_CACHE_DIR"))
+    return dir;
+  SmallString<128> path;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"))
+    path = xdg;
+  else if (!llvm::sys::path::home_directory(path))
+    return "";
+  else
+    llvm::sys::path::append(path, ".cache");
+  llvm::sys::path::append(path, "linac");
+  return path.str().str();
+}
+
+/// Compiles `source` into `kernel`, or copies the kernel a previous
+/// compilation of the same source with the same toolchain left in the cache.
+/// Cache entries are written to a private name and renamed, so processes
+/// compiling the same spec at once never see a partial file.
+static LogicalResult buildKernel(const Toolchain &tools, StringRef source,
+                                 StringRef kernel, StringRef sourceText) {
+  std::string key = llvm::toHex(
+      llvm::SHA256::hash(llvm::arrayRefFromStringRef(
+          toolchainFingerprint(tools) + "\n" + sourceText.str())),
+      true);
+  std::string cache = cacheDir();
+  std::string cached = cache.empty() ? "" : cache + "/" + key;
+  if (!cached.empty() && fs::exists(cached) && !fs::copy_file(cached, kernel))
+    return success();
+
+  std::vector<std::string> args = tools.flags;
+  for (StringRef arg : {source, StringRef("-o"), kernel})
+    args.push_back(arg.str());
+  std::string error;
+  if (execute(tools.program, args, error) != 0) {
+    fail(fmt::format("{} failed on {} {}", tools.program, source.str(), error));
+    return failure();
+  }
+  if (!cached.empty() && !fs::create_directories(cache)) {
+    std::string staging = fmt::format("{}.tmp{}", cached, getpid());
+    if (!fs::copy_file(kernel, staging) && fs::rename(staging, cached))
+      fs::remove(staging);
   }
   return success();
 }
@@ -118,10 +237,46 @@ static llvm::json::Value toJson(Attribute attr) {
   return nullptr;
 }
 
+/// The manifest's kernel list: one shared object on the CPU; on GPUs the
+/// chunkwise kernels (when planned) before the scan, per activation dtype,
+/// so that the runtime's first match for a dtype is the fastest kernel.
+static llvm::json::Array kernelList(linac::LayerOp layer, StringRef file) {
+  if (targetName == "cpu")
+    return llvm::json::Array{llvm::json::Object{
+        {"entry", "linac_cpu_forward"}, {"file", file}}};
+  auto plan = layer->getAttrOfType<DictionaryAttr>(linac::kPlanAttr);
+  bool recurrent = plan.getAs<StringAttr>("family").getValue() == "recurrent";
+  llvm::json::Array kernels;
+  auto add = [&](StringRef family, StringRef dtype, int64_t threads,
+                 int64_t shared) {
+    kernels.push_back(llvm::json::Object{
+        {"entry", fmt::format("linac_{}_{}", family.str(), dtype.str())},
+        {"file", file},
+        {"dtype", dtype},
+        {"family", family == "chunk" ? "chunkwise" : "recurrent"},
+        {"block_threads", threads},
+        {"shared_memory", shared}});
+  };
+  if (!recurrent)
+    for (StringRef dtype : {"bfloat16", "float16"})
+      add("chunk", dtype, plan.getAs<IntegerAttr>("block_threads").getInt(),
+          linac::chunkSharedBytes(layer));
+  int64_t scanThreads =
+      recurrent ? plan.getAs<IntegerAttr>("block_threads").getInt()
+                : (layer.getStateType().getValueDim() +
+                   layer.getStateType().getNormalized() + 31) / 32 * 32;
+  for (StringRef dtype : {"float32", "bfloat16", "float16"})
+    add("scan", dtype, scanThreads, 0);
+  return kernels;
+}
+
 static int compile() {
-  if (targetName != "cpu")
-    return fail("target '" + targetName +
-                "' has no backend yet; this compiler builds cpu packages");
+  if (targetName != "cpu" && targetName != "sm_90a" && targetName != "sm_80")
+    return fail("unknown target '" + targetName +
+                "'; expected cpu, sm_90a or sm_80");
+  FailureOr<Toolchain> tools = toolchainFor(targetName);
+  if (failed(tools))
+    return 1;
   MLIRContext context;
   context.printOpOnDiagnostic(false);
   context.loadDialect<linac::LinacDialect, arith::ArithDialect,
@@ -143,7 +298,9 @@ static int compile() {
   pm.addPass(linac::createLinacPlan({targetName}));
   if (failed(pm.run(*module)))
     return 1;
-  FailureOr<std::string> source = linac::emitCpuSource(layer);
+  FailureOr<std::string> source = targetName == "cpu"
+                                      ? linac::emitCpuSource(layer)
+                                      : linac::emitCudaSource(layer);
   if (failed(source))
     return 1;
 
@@ -199,24 +356,30 @@ static int compile() {
       {"normal_form", toJson(layer->getAttr(linac::kNormalFormAttr))},
       {"plan", toJson(layer->getAttr(linac::kPlanAttr))},
       {"arguments", std::move(arguments)},
-      {"kernels", llvm::json::Array{llvm::json::Object{
-                      {"entry", "linac_cpu_forward"}, {"file", "layer.so"}}}},
+      {"kernels", kernelList(layer, tools->kernel)},
       {"step", linac::emitStepProgram(layer)},
   };
+  if (targetName != "cpu")
+    manifest["cuda_abi_version"] = kCudaAbiVersion;
   std::string manifestText;
   llvm::raw_string_ostream(manifestText)
       << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
 
-  if (failed(write("layer.cpp", *source)) ||
+  if (failed(write(tools->source, *source)) ||
       failed(write("layer.mlir", normalized)) ||
-      failed(buildSharedObject(staging + "/layer.cpp", staging + "/layer.so")) ||
+      failed(buildKernel(*tools, staging + "/" + tools->source,
+                         staging + "/" + tools->kernel, *source)) ||
       failed(write("manifest.json", manifestText))) {
     fs::remove_directories(staging);
     return fail("could not write the package " + out);
   }
   fs::remove_directories(out);
-  if (std::error_code ec = fs::rename(staging, out))
-    return fail("cannot move the package into " + out + ": " + ec.message());
+  if (std::error_code ec = fs::rename(staging, out)) {
+    // Another process may have just put the same package there.
+    fs::remove_directories(staging);
+    if (readFile(out + "/manifest.json") != manifestText)
+      return fail("cannot move the package into " + out + ": " + ec.message());
+  }
   llvm::outs() << out << "\n";
   return 0;
 }

@@ -15,16 +15,16 @@
 
 namespace linac {
 
-enum class DType { Float32, Float64, Int32, Int64 };
+enum class NpyDType { Float32, Float64, Int32, Int64 };
 
 /// Bytes per element of `dtype`.
-size_t dtypeSize(DType dtype);
+size_t dtypeSize(NpyDType dtype);
 /// The NumPy name of `dtype` ("float32", ...).
-const char *dtypeName(DType dtype);
+const char *dtypeName(NpyDType dtype);
 
 /// An n-dimensional array in C order with its raw little-endian bytes.
 struct NpyArray {
-  DType dtype = DType::Float32;
+  NpyDType dtype = NpyDType::Float32;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 

@@ -12,9 +12,15 @@
 
 namespace linac {
 
-/// A bad argument or package; the message says which and why.
+namespace cuda {
+class ModuleCache;
+} // namespace cuda
+
+/// A bad argument or package, or a failure below the runtime; the message
+/// says which and why.
 struct Error : std::runtime_error {
-  enum class Kind { InvalidArgument, Package, Kernel };
+  /// Driver: no CUDA driver, or a driver call failed.
+  enum class Kind { InvalidArgument, Package, Kernel, Driver };
   Error(Kind kind, const std::string &message)
       : std::runtime_error(message), kind(kind) {}
   Kind kind;
@@ -41,6 +47,29 @@ struct ForwardRequest {
   float scale = 0.0f;
 };
 
+/// The element type of a device call's inputs and output.
+enum class DType { Float32, BFloat16, Float16 };
+
+/// A tensor in device memory, C order, in the call's dtype (float32 for
+/// parameters).
+struct DeviceTensor {
+  const void *data = nullptr;
+  std::vector<int64_t> shape;
+};
+
+/// A forward pass of a CUDA package: the tensors of a ForwardRequest, in
+/// device memory, enqueued on `stream`.
+struct DeviceForwardRequest {
+  std::map<std::string, DeviceTensor> tensors; ///< inputs and parameters
+  DType dtype = DType::Float32;                ///< of inputs and output
+  std::vector<int64_t> cuSeqlens;              ///< host memory; empty: B of T
+  const float *initialState = nullptr;         ///< device, or null for zeros
+  float *finalState = nullptr;                 ///< device, or null
+  void *output = nullptr;                      ///< device, [B, T, H, V]
+  float scale = 0.0f;
+  void *stream = nullptr; ///< a CUstream; null for the default stream
+};
+
 /// Shapes a validated request implies.
 struct ForwardShape {
   int64_t batch = 0, tokens = 0, heads = 0, sequences = 0;
@@ -48,7 +77,8 @@ struct ForwardShape {
 
 class Package {
 public:
-  /// Loads NAME.linac/: checks the manifest and loads the kernel.
+  /// Loads NAME.linac/: checks the manifest and loads a CPU kernel or reads
+  /// a CUDA package's cubin. Opening needs no CUDA driver.
   static std::unique_ptr<Package> open(const std::string &path);
   ~Package();
 
@@ -62,17 +92,43 @@ public:
 
   /// Validates `request`'s tensors and returns the shapes they imply.
   ForwardShape check(const ForwardRequest &request) const;
-  /// Runs the forward pass on host buffers.
+  /// Validates what a device request can be checked for without a driver:
+  /// shapes, dtype, and pointers' presence and alignment.
+  ForwardShape check(const DeviceForwardRequest &request) const;
+  /// Runs the forward pass of a cpu package on host buffers.
   void forward(const ForwardRequest &request) const;
+  /// Enqueues the forward pass of a CUDA package on the request's stream,
+  /// in the calling thread's current CUDA context (device 0's primary
+  /// context if it has none). Does not synchronize.
+  void forwardDevice(const DeviceForwardRequest &request) const;
 
 private:
-  Package() = default;
+  struct CudaKernel {
+    std::string entry;
+    DType dtype;
+    unsigned blockThreads, sharedMemory;
+  };
+
+  Package();
+  bool runsOnDevice() const { return target_ != "cpu"; }
+  /// Refuses a call of the host forward pass on a CUDA package, or of the
+  /// device one (`device`) on a cpu package.
+  void requireTarget(bool device) const;
+  /// The checks both forward passes share, on the tensors' shapes by name.
+  ForwardShape
+  checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
+              const std::vector<int64_t> &cuSeqlens, float scale) const;
+  /// The first kernel the manifest lists for `dtype`.
+  const CudaKernel &kernelFor(DType dtype) const;
+
   std::string layer_, target_, manifest_;
   int64_t keyDim_ = 0, valueDim_ = 0;
   std::vector<ArgumentInfo> arguments_;
   std::vector<ArgumentInfo> inputs_, params_;
   void *library_ = nullptr;
   void *forward_ = nullptr;
+  std::vector<CudaKernel> kernels_;            ///< fastest first
+  std::unique_ptr<cuda::ModuleCache> modules_; ///< the cubin, per context
 };
 
 } // namespace linac

@@ -1,8 +1,10 @@
 /*===- runtime.h - the linac runtime's C API ------------------------*- C -*-===*
  *
- * Opens a compiled layer package and runs its forward pass. Every call
+ * Opens a compiled layer package and runs its forward pass: on the host for
+ * a cpu package, on a CUDA device for an sm_90a or sm_80 one. Every call
  * validates its arguments and returns a status; on failure
- * linac_last_error() says what was wrong. Nothing here needs MLIR.
+ * linac_last_error() says what was wrong. Nothing here needs MLIR, and the
+ * CUDA driver is found at run time, only when a device call needs it.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -21,7 +23,15 @@ typedef enum linac_status {
   LINAC_ERROR_INVALID_ARGUMENT = 1, /* a missing, misshapen or unknown tensor */
   LINAC_ERROR_PACKAGE = 2,          /* unreadable, corrupt or foreign package */
   LINAC_ERROR_KERNEL = 3,           /* the kernel reported a failure */
+  LINAC_ERROR_DRIVER = 4, /* no CUDA driver, or a driver call failed */
 } linac_status;
+
+/* The element type of a device call's inputs and output. */
+typedef enum linac_dtype {
+  LINAC_FLOAT32 = 0,
+  LINAC_BFLOAT16 = 1,
+  LINAC_FLOAT16 = 2,
+} linac_dtype;
 
 typedef struct linac_package linac_package;
 
@@ -44,6 +54,30 @@ typedef struct linac_forward_args {
   float scale;                /* 0 for the default, K^-1/2 */
 } linac_forward_args;
 
+/* A device tensor in C order, named as the spec names it: an input in the
+ * call's dtype, or a float32 parameter. */
+typedef struct linac_device_tensor {
+  const char *name;
+  const void *data;
+  int32_t ndim;
+  const int64_t *shape;
+} linac_device_tensor;
+
+/* As linac_forward_args, with every buffer in device memory except
+ * cu_seqlens, which stays on the host. */
+typedef struct linac_device_forward_args {
+  const linac_device_tensor *tensors; /* every input and parameter, by name */
+  size_t num_tensors;
+  linac_dtype dtype;          /* of the inputs and the output */
+  const int64_t *cu_seqlens;  /* on the host: N + 1 offsets, B == 1, or NULL */
+  size_t num_cu_seqlens;
+  const float *initial_state; /* [N, H, K, V] float32, or NULL for zeros */
+  float *final_state;         /* [N, H, K, V] float32, or NULL */
+  void *output;               /* [B, T, H, V] in dtype */
+  float scale;                /* 0 for the default, K^-1/2 */
+  void *stream;               /* a CUstream, or NULL for the default stream */
+} linac_device_forward_args;
+
 /* Thread-local message of the last failed call on this thread. */
 const char *linac_last_error(void);
 
@@ -57,8 +91,19 @@ linac_status linac_package_argument(const linac_package *package, size_t i,
                                     const char **name, const char **role,
                                     const char **shape);
 
+/* "cpu", "sm_90a" or "sm_80"; the string lives as long as the package. */
+const char *linac_package_target(const linac_package *package);
+
+/* Runs a cpu package on host buffers. */
 linac_status linac_forward_host(linac_package *package,
                                 const linac_forward_args *args);
+
+/* Enqueues a CUDA package's forward pass on args->stream in the calling
+ * thread's current context (device 0's primary context if it has none),
+ * with the package's first kernel for args->dtype. Returns without
+ * synchronizing; the kernel's own faults surface on the stream. */
+linac_status linac_forward_device(linac_package *package,
+                                  const linac_device_forward_args *args);
 
 #ifdef __cplusplus
 }

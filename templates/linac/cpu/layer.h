@@ -36,11 +36,11 @@ template <typename Layer> struct Token {
   const float *input(int i) const {
     int64_t heads = args.input_heads[i];
     int64_t h = groupHead(head, args.num_heads, heads);
-    return args.inputs[i] + (token * heads + h) * Layer::kInputSizes[i];
+    return args.inputs[i] + (token * heads + h) * Layer::inputSize(i);
   }
   const float *param(int i) const {
     int64_t h = groupHead(head, args.num_heads, args.param_heads[i]);
-    return args.params[i] + h * Layer::kParamSizes[i];
+    return args.params[i] + h * Layer::paramSize(i);
   }
 };
 

@@ -14,6 +14,9 @@
 #include <array>
 #include <cmath>
 
+/// Generated layers mark functions the CUDA templates call on the device.
+#define LINAC_HOST_DEVICE
+
 namespace linac::cpu {
 
 template <int N> struct Vec {
@@ -34,6 +37,11 @@ template <int N> struct Vec {
 };
 
 template <int K, int V> using Mat = Vec<K * V>;
+
+inline float loadScalar(const float *p) { return *p; }
+template <int N> void store(float *out, const Vec<N> &v) {
+  std::copy(v.x.begin(), v.x.end(), out);
+}
 
 template <int N, typename F> Vec<N> map(const Vec<N> &a, F f) {
   Vec<N> r;

@@ -17,6 +17,15 @@ namespace linac {
 /// with a diagnostic on the op, for an op the backend cannot lower.
 mlir::FailureOr<std::string> emitCpuSource(LayerOp layer);
 
+/// CUDA C++ for the sm_90a and sm_80 targets: a `Layer` struct instantiating
+/// templates/linac/cuda/layer.h, with the chunkwise kernels (unless the plan
+/// is recurrent) and the recurrent scan, one entry per activation dtype.
+mlir::FailureOr<std::string> emitCudaSource(LayerOp layer);
+
+/// Dynamic shared memory of the chunkwise CUDA kernel for `layer`; the
+/// generated source checks it against the template's layout.
+int64_t chunkSharedBytes(LayerOp layer);
+
 /// The step as a JSON program (values, ops, yield) that the fp64 reference
 /// interprets token by token.
 llvm::json::Object emitStepProgram(LayerOp layer);

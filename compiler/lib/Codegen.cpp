@@ -1,0 +1,476 @@
+//===- Codegen.cpp - C++ and CUDA C++ from a planned layer ----------------===//
+//
+// Lowers a planned layer to a `Layer` struct for templates/linac/cpu/layer.h
+// or templates/linac/cuda/layer.h: constants from the normal form and plan,
+// and straight-line code for the prologue and epilogue (chunkwise families)
+// and the whole step (recurrent scan). The bodies are the same text on every
+// target; a Flavor names the vector types each function computes with.
+//
+//===----------------------------------------------------------------------===//
+
+#include "linac/Compiler/Codegen.h"
+#include "linac/Compiler/NormalForm.h"
+#include "linac/Compiler/Passes.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <fmt/format.h>
+
+using namespace mlir;
+using namespace linac;
+
+StringRef linac::kindOf(Type type) {
+  if (isa<StateType>(type))
+    return "state";
+  if (isKeyVector(type))
+    return "key";
+  if (isValueVector(type))
+    return "value";
+  if (isMatrixGate(type))
+    return "matrix";
+  return "scalar";
+}
+
+namespace {
+
+/// Elements one token of an argument holds.
+int64_t elementsOf(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor ? tensor.getNumElements() : 1;
+}
+
+/// How one generated function spells its types.
+struct Flavor {
+  /// Key-side, value-side and matrix vector types; `{}` is the length.
+  std::string key, value, matrix;
+  /// A key log-gate that is a sum of scalars stays a float.
+  bool scalarKeyGate = false;
+};
+
+const Flavor kCpuFlavor{"Vec<{}>", "Vec<{}>", "Vec<{}>"};
+const Flavor kWarpFlavor{"WarpVec<{}>", "WarpVec<{}>", "", true};
+const Flavor kScanFlavor{"FullVec<{}>", "ColumnVec<{}>", "MatrixColumn<K, V>"};
+
+std::string floatLiteral(double value) {
+  std::string digits = fmt::format("{:.9g}", value);
+  if (digits.find_first_of(".e") == std::string::npos)
+    digits += ".0";
+  return digits + "f";
+}
+
+class BodyEmitter {
+public:
+  explicit BodyEmitter(LayerOp layer)
+      : layer(layer), form(deriveNormalForm(layer)) {}
+
+  /// The Layer struct's constants.
+  std::string constants(StringRef keyGateConstant);
+  /// prologue and epilogue of the chunkwise families.
+  std::string chunkFunctions(const Flavor &flavor, StringRef prologueSignature,
+                             StringRef epilogueSignature);
+  /// The whole step, for the recurrent scan.
+  std::string stepFunction(const Flavor &flavor, StringRef signature);
+  bool failed = false;
+  LayerOp layer;
+  NormalForm form;
+
+private:
+  Flavor flavor = kCpuFlavor;
+  llvm::DenseMap<Value, std::string> names;
+  std::string body;
+
+  std::string name(Value value) { return names.lookup(value); }
+  std::string cppType(Type type) const;
+  std::string keyVec();
+  std::string valueVec();
+  void line(const std::string &text) { body += "    " + text + "\n"; }
+
+  /// Emits the ops that `roots` need, in body order; values already named
+  /// (the read in the epilogue) are not recomputed.
+  void emitSlice(ArrayRef<Value> roots);
+  void emitArgument(BlockArgument arg);
+  std::string expression(Operation *op);
+  void emitStateOp(Operation *op);
+  std::string function(StringRef signature);
+  std::string sumOf(ArrayRef<Value> gates, bool keySide);
+  /// `vector` scaled by a scalar or vector strength, or as is without one.
+  std::string scaled(Value strength, const std::string &vector, bool keySide);
+};
+
+std::string BodyEmitter::cppType(Type type) const {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return "float";
+  const std::string &pattern = isKeyVector(type)     ? flavor.key
+                               : isValueVector(type) ? flavor.value
+                                                     : flavor.matrix;
+  return fmt::format(fmt::runtime(pattern), tensor.getNumElements());
+}
+
+std::string BodyEmitter::keyVec() {
+  return fmt::format(fmt::runtime(flavor.key),
+                     layer.getStateType().getKeyDim());
+}
+
+std::string BodyEmitter::valueVec() {
+  return fmt::format(fmt::runtime(flavor.value),
+                     layer.getStateType().getValueDim());
+}
+
+void BodyEmitter::emitArgument(BlockArgument arg) {
+  std::string id = "arg_" + layer.getArgumentName(arg).str();
+  unsigned index = arg.getArgNumber() - 1;
+  bool param = layer.isParam(arg);
+  if (param)
+    index -= layer.getInputNames().size();
+  std::string source =
+      fmt::format("token.{}({})", param ? "param" : "input", index);
+  if (arg.getType().isF32())
+    line(fmt::format("const float {} = loadScalar({});", id, source));
+  else
+    line(fmt::format("const auto {} = {}::load({});", id,
+                     cppType(arg.getType()), source));
+  names[arg] = id;
+}
+
+std::string BodyEmitter::expression(Operation *op) {
+  auto operand = [&](unsigned i) { return name(op->getOperand(i)); };
+  auto call = [&](StringRef fn) {
+    std::string args;
+    for (unsigned i = 0; i < op->getNumOperands(); ++i)
+      args += (i ? ", " : "") + operand(i);
+    return fmt::format("{}({})", fn.str(), args);
+  };
+  auto binary = [&](StringRef symbol) {
+    return fmt::format("{} {} {}", operand(0), symbol.str(), operand(1));
+  };
+  return llvm::TypeSwitch<Operation *, std::string>(op)
+      .Case([&](arith::ConstantOp c) {
+        auto splat = dyn_cast<SplatElementsAttr>(c.getValue());
+        double value =
+            splat ? splat.getSplatValue<APFloat>().convertToDouble()
+                  : cast<FloatAttr>(c.getValue()).getValueAsDouble();
+        return splat ? fmt::format("{}::splat({})", cppType(c.getType()),
+                                   floatLiteral(value))
+                     : floatLiteral(value);
+      })
+      .Case([&](arith::AddFOp) { return binary("+"); })
+      .Case([&](arith::SubFOp) { return binary("-"); })
+      .Case([&](arith::MulFOp) { return binary("*"); })
+      .Case([&](arith::DivFOp) { return binary("/"); })
+      .Case([&](arith::NegFOp) { return "-" + operand(0); })
+      .Case([&](arith::MaximumFOp) { return call("maximum"); })
+      .Case([&](arith::MinimumFOp) { return call("minimum"); })
+      .Case([&](math::ExpOp) { return call("exp_"); })
+      .Case([&](math::Exp2Op) { return call("exp2_"); })
+      .Case([&](math::LogOp) { return call("log_"); })
+      .Case([&](math::Log2Op) { return call("log2_"); })
+      .Case([&](math::Log1pOp) { return call("log1p_"); })
+      .Case([&](math::SqrtOp) { return call("sqrt_"); })
+      .Case([&](math::RsqrtOp) { return call("rsqrt"); })
+      .Case([&](math::TanhOp) { return call("tanh_"); })
+      .Case([&](math::AbsFOp) { return call("abs_"); })
+      .Case([&](math::PowFOp) { return call("pow_"); })
+      .Case([&](SigmoidOp) { return call("sigmoid"); })
+      .Case([&](SoftplusOp) { return call("softplus"); })
+      .Case([&](DotOp) { return call("dot"); })
+      .Case([&](L2NormOp l2) {
+        return fmt::format("l2norm({}, {})", operand(0),
+                           floatLiteral(l2.getEps().convertToDouble()));
+      })
+      .Case([&](BroadcastOp b) {
+        return fmt::format("{}::splat({})", cppType(b.getType()), operand(0));
+      })
+      .Case([&](HeadIndexOp) { return std::string("float(token.head)"); })
+      .Default([&](Operation *) { return std::string(); });
+}
+
+void BodyEmitter::emitStateOp(Operation *op) {
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](DecayOp d) {
+        Value gk = d.getKeyGate(), gv = d.getValueGate();
+        std::string key = !gk ? keyVec() + "{}"
+                          : gk.getType().isF32()
+                              ? fmt::format("{}::splat({})", keyVec(), name(gk))
+                              : name(gk);
+        std::string value = gv ? name(gv) : valueVec() + "{}";
+        line(fmt::format("state.decay({}, {});", key, value));
+      })
+      .Case([&](MatrixGateOp m) {
+        line(fmt::format("state.matrixGate({});", name(m.getGate())));
+      })
+      .Case([&](EraseOp e) {
+        line(fmt::format("state.erase({}, {});", name(e.getKey()),
+                         scaled(e.getStrength(), name(e.getKey()), true)));
+      })
+      .Case([&](WriteOp w) {
+        Value strength = w.getStrength();
+        std::string weight = strength && strength.getType().isF32()
+                                 ? name(strength)
+                                 : std::string("1.0f");
+        line(fmt::format("state.write({}, {}, {});", name(w.getKey()),
+                         scaled(strength, name(w.getValue()), false), weight));
+      })
+      .Case([&](ReadOp r) {
+        names[r.getOutput()] = fmt::format("v{}", names.size());
+        line(fmt::format("const auto {} = state.read({}, scale);",
+                         name(r.getOutput()), name(r.getQuery())));
+      });
+  for (Value result : op->getResults())
+    if (isa<StateType>(result.getType()))
+      names[result] = "state";
+}
+
+void BodyEmitter::emitSlice(ArrayRef<Value> roots) {
+  llvm::SetVector<Operation *> needed;
+  llvm::SetVector<BlockArgument> args;
+  SmallVector<Value> worklist(roots.begin(), roots.end());
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    if (!value || names.count(value))
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(value)) {
+      if (arg != layer.getState())
+        args.insert(arg);
+      continue;
+    }
+    if (needed.insert(value.getDefiningOp()))
+      llvm::append_range(worklist, value.getDefiningOp()->getOperands());
+  }
+  for (BlockArgument arg : layer.getBody().getArguments())
+    if (args.contains(arg))
+      emitArgument(arg);
+  for (Operation &op : layer.getBody().front()) {
+    if (!needed.contains(&op) || isa<YieldOp>(op))
+      continue;
+    if (op.getNumResults() == 1 && !isa<StateType>(op.getResult(0).getType()) &&
+        !isa<ReadOp>(op)) {
+      std::string id = fmt::format("v{}", names.size());
+      std::string value = expression(&op);
+      if (value.empty()) {
+        op.emitError("no backend can lower this op");
+        failed = true;
+      }
+      line(fmt::format("const auto {} = {};", id, value));
+      names[op.getResult(0)] = id;
+    } else {
+      emitStateOp(&op);
+    }
+  }
+}
+
+std::string BodyEmitter::sumOf(ArrayRef<Value> gates, bool keySide) {
+  std::string vec = keySide ? keyVec() : valueVec();
+  if (gates.empty())
+    return vec + "{}";
+  std::string sum;
+  for (Value gate : gates) {
+    std::string term = gate.getType().isF32()
+                           ? fmt::format("{}::splat({})", vec, name(gate))
+                           : name(gate);
+    sum += (sum.empty() ? "" : " + ") + term;
+  }
+  return sum;
+}
+
+std::string BodyEmitter::scaled(Value strength, const std::string &vector,
+                                bool keySide) {
+  return strength ? fmt::format("{} * {}", sumOf({strength}, keySide), vector)
+                  : vector;
+}
+
+std::string BodyEmitter::function(StringRef signature) {
+  std::string text = fmt::format("  {} {{\n{}  }}\n", signature.str(), body);
+  body.clear();
+  return text;
+}
+
+std::string BodyEmitter::constants(StringRef keyGateConstant) {
+  auto plan = layer->getAttrOfType<DictionaryAttr>(kPlanAttr);
+  StateType state = layer.getStateType();
+  auto chunk = plan.getAs<IntegerAttr>("chunk_size");
+  std::optional<APFloat> fixedScale = form.read.getScale();
+  auto sizes = [&](Block::BlockArgListType args) {
+    std::string list;
+    for (BlockArgument arg : args)
+      list += fmt::format("{}{}", list.empty() ? "" : ", ",
+                          elementsOf(arg.getType()));
+    // An empty array is ill-formed; the entry is never read.
+    return list.empty() ? std::string("0") : list;
+  };
+  return fmt::format(
+      "  static constexpr int K = {}, V = {};\n"
+      "  static constexpr bool kRecurrent = {};\n"
+      "  static constexpr int kChunkSize = {};\n"
+      "  static constexpr bool kNormalizer = {}, kErase = {}, kValueDecay = {},\n"
+      "                        kReadBefore = {};\n"
+      "{}"
+      "  static constexpr float kFixedScale = {};\n"
+      "  LINAC_HOST_DEVICE static constexpr int64_t inputSize(int i) {{\n"
+      "    constexpr int64_t sizes[] = {{{}}};\n    return sizes[i];\n  }}\n"
+      "  LINAC_HOST_DEVICE static constexpr int64_t paramSize(int i) {{\n"
+      "    constexpr int64_t sizes[] = {{{}}};\n    return sizes[i];\n  }}\n\n",
+      state.getKeyDim(), state.getValueDim(),
+      plan.getAs<StringAttr>("family").getValue() == "recurrent" ? "true"
+                                                                  : "false",
+      chunk ? chunk.getInt() : 0, state.getNormalized() ? "true" : "false",
+      form.erase != StrengthKind::None ? "true" : "false",
+      form.valueDecay ? "true" : "false", form.readBefore ? "true" : "false",
+      keyGateConstant.str(),
+      floatLiteral(fixedScale ? fixedScale->convertToDouble() : 0.0),
+      sizes(layer.getInputs()), sizes(layer.getParams()));
+}
+
+std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
+                                        StringRef prologueSignature,
+                                        StringRef epilogueSignature) {
+  flavor = bodyFlavor;
+  names.clear();
+  SmallVector<Value> roots{form.query, form.key, form.value};
+  llvm::append_range(roots, form.keyGates);
+  llvm::append_range(roots, form.valueGates);
+  roots.push_back(form.eraseStrength);
+  roots.push_back(form.writeStrength);
+  emitSlice(roots);
+  line(fmt::format("out.q = {};", name(form.query)));
+  line(fmt::format("out.k = {};", name(form.key)));
+  bool scalarGate = llvm::all_of(
+      form.keyGates, [](Value gate) { return gate.getType().isF32(); });
+  if (flavor.scalarKeyGate && scalarGate) {
+    std::string sum;
+    for (Value gate : form.keyGates)
+      sum += (sum.empty() ? "" : " + ") + name(gate);
+    line(fmt::format("out.gk = {};", sum.empty() ? "0.0f" : sum));
+  } else {
+    line(fmt::format("out.gk = {};", sumOf(form.keyGates, true)));
+  }
+  if (!flavor.scalarKeyGate)
+    line(fmt::format("out.gv = {};", sumOf(form.valueGates, false)));
+  if (Value e = form.eraseStrength)
+    line(fmt::format("out.e = {};", scaled(e, "out.k", true)));
+  Value w = form.writeStrength;
+  std::string u = scaled(w, name(form.value), false);
+  std::string weight = w && w.getType().isF32() ? name(w) : "1.0f";
+  line(fmt::format("out.u = appendNormalizer<V, kNormalizer>({}, {});", u,
+                   weight));
+  std::string text = function(prologueSignature);
+
+  names.clear();
+  names[form.read.getOutput()] = "read";
+  auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+  emitSlice({yield.getOutput()});
+  line(fmt::format("store(out, {});", name(yield.getOutput())));
+  return text + function(epilogueSignature);
+}
+
+std::string BodyEmitter::stepFunction(const Flavor &bodyFlavor,
+                                      StringRef signature) {
+  flavor = bodyFlavor;
+  names.clear();
+  auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+  emitSlice({yield.getState(), yield.getOutput()});
+  line(fmt::format("store(out, {});", name(yield.getOutput())));
+  return function(signature);
+}
+
+bool isRecurrent(LayerOp layer) {
+  auto plan = layer->getAttrOfType<DictionaryAttr>(kPlanAttr);
+  return plan.getAs<StringAttr>("family").getValue() == "recurrent";
+}
+
+std::string header(LayerOp layer, StringRef include) {
+  auto plan = layer->getAttrOfType<DictionaryAttr>(kPlanAttr);
+  return fmt::format("// Generated by linac from layer @{}; the plan is {}.\n"
+                     "#include \"{}\"\n\n",
+                     layer.getSymName().str(),
+                     plan.getAs<StringAttr>("family").getValue().str(),
+                     include.str());
+}
+
+} // namespace
+
+FailureOr<std::string> linac::emitCpuSource(LayerOp layer) {
+  BodyEmitter emitter(layer);
+  std::string out = header(layer, "linac/cpu/layer.h") +
+                    "namespace {\nusing namespace linac::cpu;\n\n"
+                    "struct Layer {\n" +
+                    emitter.constants("");
+  if (isRecurrent(layer))
+    out += emitter.stepFunction(
+        kCpuFlavor, "static void step(const Token<Layer> &token, "
+                    "State<K, V, kNormalizer> &state, float scale, float *out)");
+  else
+    out += emitter.chunkFunctions(
+        kCpuFlavor,
+        "static void prologue(const Token<Layer> &token, "
+        "Operands<K, V, kNormalizer> &out)",
+        "static void epilogue(const Token<Layer> &token, const Vec<V> &read, "
+        "float *out)");
+  out += "};\n\n} // namespace\n\n"
+         "extern \"C\" int linac_cpu_abi_version(void) {\n"
+         "  return LINAC_CPU_ABI_VERSION;\n}\n\n"
+         "extern \"C\" int linac_cpu_forward(const linac_cpu_forward_args *args) {\n"
+         "  return linac::cpu::forward<Layer>(*args);\n}\n";
+  if (emitter.failed)
+    return failure();
+  return out;
+}
+
+FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
+  BodyEmitter emitter(layer);
+  bool recurrent = isRecurrent(layer);
+  KeyDecayKind decay = emitter.form.keyDecay;
+  StringRef gate = decay == KeyDecayKind::None     ? "None"
+                   : decay == KeyDecayKind::Vector ? "Vector"
+                                                   : "Scalar";
+  std::string out =
+      header(layer, "linac/cuda/layer.h") +
+      "namespace {\nusing namespace linac::cuda;\n\n"
+      "struct Layer {\n" +
+      emitter.constants(
+          fmt::format("  static constexpr Gate kKeyGate = Gate::{};\n", gate.str()));
+  if (!recurrent)
+    out += "struct Chunk {\n" +
+           emitter.chunkFunctions(
+               kWarpFlavor,
+               "template <typename Token> LINAC_DEVICE static void "
+               "prologue(const Token &token, ChunkOperands<K, V, kKeyGate> &out)",
+               "template <typename Token, typename Out> LINAC_DEVICE static "
+               "void epilogue(const Token &token, const WarpVec<V> &read, "
+               "Out *out)") +
+           "};\n";
+  out += "struct Scan {\n" +
+         emitter.stepFunction(
+             kScanFlavor,
+             "template <typename Token, typename State, typename Out> "
+             "LINAC_DEVICE static void step(const Token &token, State &state, "
+             "float scale, Out *out)") +
+         "};\n};\n\n} // namespace\n\n";
+  if (!recurrent)
+    out += fmt::format("static_assert(linac::cuda::chunkSharedBytes<Layer>() "
+                       "== {}, \"the manifest's shared memory\");\n"
+                       "LINAC_CHUNK_KERNELS(Layer)\n",
+                       chunkSharedBytes(layer));
+  out += "LINAC_SCAN_KERNELS(Layer)\n";
+  if (emitter.failed)
+    return failure();
+  return out;
+}
+
+int64_t linac::chunkSharedBytes(LayerOp layer) {
+  NormalForm form = deriveNormalForm(layer);
+  StateType state = layer.getStateType();
+  auto plan = layer->getAttrOfType<DictionaryAttr>(kPlanAttr);
+  // The layout of ChunkLayout in templates/linac/cuda/chunk.h.
+  int64_t c = plan.getAs<IntegerAttr>("chunk_size").getInt();
+  int64_t u = state.getValueDim() + (state.getNormalized() ? 8 : 0);
+  int64_t ks = state.getKeyDim() + 8, cs = c + 8, us = u + 4, as = c + 4;
+  bool erase = form.erase != StrengthKind::None;
+  int64_t keyRows = erase ? 3 : 2;
+  return 2 * c * ks * keyRows + 2 * u * ks + 2 * u * cs + 4 * c * us +
+         4 * c * as * (erase ? 2 : 1) +
+         4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1);
+}

@@ -1,0 +1,243 @@
+//===- bench.cpp - timing packages on the GPU -----------------------------===//
+
+#include "linac/bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <dlfcn.h>
+#include <functional>
+#include <random>
+
+namespace linac::bench {
+
+namespace {
+
+void check(cudaError_t status, const char *what) {
+  if (status != cudaSuccess)
+    throw Error(Error::Kind::Driver,
+                std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+/// Device memory freed on scope exit.
+struct DeviceBuffer {
+  void *data = nullptr;
+  explicit DeviceBuffer(size_t bytes) { check(cudaMalloc(&data, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(data); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+};
+
+/// Median milliseconds of `reps` runs of `body`, each between two events,
+/// after three untimed runs.
+double medianMilliseconds(int reps, const std::function<void()> &body) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int i = 0; i < 3; ++i)
+    body();
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    body();
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  return times[reps / 2];
+}
+
+size_t elementSize(DType dtype) { return dtype == DType::Float32 ? 4 : 2; }
+
+/// `count` random values in `dtype`, uploaded: normal(0, 1), or uniform in
+/// [0.1, 0.9] for parameters. Drawn from a pool of 2^22 values at a random
+/// offset, since drawing billions one by one would dominate the run.
+std::unique_ptr<DeviceBuffer> randomTensor(size_t count, DType dtype,
+                                           bool uniform, std::mt19937 &rng) {
+  constexpr size_t kPool = size_t(1) << 22;
+  static const std::vector<float> normals = [] {
+    std::mt19937 poolRng(std::random_device{}());
+    std::normal_distribution<float> normal;
+    std::vector<float> pool(kPool);
+    for (float &x : pool)
+      x = normal(poolRng);
+    return pool;
+  }();
+  std::uniform_real_distribution<float> unit(0.1f, 0.9f);
+  size_t offset = rng() % kPool;
+  std::vector<char> host(count * elementSize(dtype));
+  for (size_t i = 0; i < count; ++i) {
+    float x = uniform ? unit(rng) : normals[(i + offset) & (kPool - 1)];
+    if (dtype == DType::Float32)
+      reinterpret_cast<float *>(host.data())[i] = x;
+    else if (dtype == DType::BFloat16)
+      reinterpret_cast<__nv_bfloat16 *>(host.data())[i] = __float2bfloat16(x);
+    else
+      reinterpret_cast<__half *>(host.data())[i] = __float2half(x);
+  }
+  auto buffer = std::make_unique<DeviceBuffer>(host.size());
+  check(cudaMemcpy(buffer->data, host.data(), host.size(), cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+  return buffer;
+}
+
+double gemmFlopsPerSecond(int reps) {
+  // cuBLAS is opened at run time, like the driver, so that tools linking
+  // this library start on machines without it.
+  void *library = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+  if (!library)
+    library = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
+  if (!library)
+    throw Error(Error::Kind::Driver, std::string("no cuBLAS: ") + dlerror());
+  auto create = reinterpret_cast<decltype(&cublasCreate_v2)>(
+      dlsym(library, "cublasCreate_v2"));
+  auto destroy = reinterpret_cast<decltype(&cublasDestroy_v2)>(
+      dlsym(library, "cublasDestroy_v2"));
+  // cublasGemmEx is overloaded in C++; the symbol is the 32-bit-index one.
+  using GemmEx = cublasStatus_t (*)(
+      cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+      const void *, const void *, cudaDataType, int, const void *,
+      cudaDataType, int, const void *, void *, cudaDataType, int,
+      cublasComputeType_t, cublasGemmAlgo_t);
+  auto gemm = reinterpret_cast<GemmEx>(dlsym(library, "cublasGemmEx"));
+  if (!create || !destroy || !gemm)
+    throw Error(Error::Kind::Driver, "cuBLAS lacks cublasGemmEx");
+  constexpr int n = 8192;
+  std::mt19937 rng(1);
+  auto a = randomTensor(size_t(n) * n, DType::BFloat16, false, rng);
+  auto b = randomTensor(size_t(n) * n, DType::BFloat16, false, rng);
+  DeviceBuffer c(size_t(n) * n * 2);
+  cublasHandle_t handle;
+  if (create(&handle) != CUBLAS_STATUS_SUCCESS)
+    throw Error(Error::Kind::Driver, "cublasCreate failed");
+  float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  double ms = medianMilliseconds(reps, [&] {
+    status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a->data,
+                  CUDA_R_16BF, n, b->data, CUDA_R_16BF, n, &beta, c.data,
+                  CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  });
+  destroy(handle);
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(Error::Kind::Driver, "cublasGemmEx failed");
+  return 2.0 * n * n * double(n) / (ms * 1e-3);
+}
+
+} // namespace
+
+const char *dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::Float32:
+    return "float32";
+  case DType::BFloat16:
+    return "bfloat16";
+  case DType::Float16:
+    return "float16";
+  }
+  return "?";
+}
+
+Ceilings measureCeilings(int reps) {
+  Ceilings ceilings;
+  constexpr size_t bytes = size_t(1) << 30;
+  DeviceBuffer from(bytes), to(bytes);
+  check(cudaMemset(from.data, 1, bytes), "cudaMemset");
+  double ms = medianMilliseconds(reps, [&] {
+    check(cudaMemcpyAsync(to.data, from.data, bytes, cudaMemcpyDeviceToDevice),
+          "cudaMemcpyAsync");
+  });
+  ceilings.copyBytesPerSecond = 2.0 * bytes / (ms * 1e-3);
+  ceilings.gemmFlopsPerSecond = gemmFlopsPerSecond(reps);
+  return ceilings;
+}
+
+Result forward(const Package &package, Shape shape, DType dtype, int reps) {
+  nlohmann::json manifest = nlohmann::json::parse(package.manifest());
+  int64_t k = package.keyDim(), v = package.valueDim();
+  int64_t tokens = shape.batch * shape.tokens;
+  std::mt19937 rng(std::random_device{}());
+
+  Result result;
+  for (const nlohmann::json &kernel : manifest["kernels"])
+    if (kernel.value("dtype", "") == dtypeName(dtype)) {
+      result.kernel = kernel["entry"];
+      break;
+    }
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  DeviceForwardRequest request;
+  request.dtype = dtype;
+  double bytesPerTokenHead = 0;
+  for (const ArgumentInfo &arg : package.arguments()) {
+    if (arg.role == "runtime")
+      continue;
+    std::vector<int64_t> features = arg.kind == "key"      ? std::vector<int64_t>{k}
+                                    : arg.kind == "value"  ? std::vector<int64_t>{v}
+                                    : arg.kind == "matrix" ? std::vector<int64_t>{k, v}
+                                                           : std::vector<int64_t>{};
+    int64_t size = 1;
+    for (int64_t f : features)
+      size *= f;
+    bool param = arg.role == "param";
+    std::vector<int64_t> dims = param ? std::vector<int64_t>{shape.heads}
+                                      : std::vector<int64_t>{shape.batch, shape.tokens,
+                                                             shape.heads};
+    dims.insert(dims.end(), features.begin(), features.end());
+    size_t count = size_t(size) * shape.heads * (param ? 1 : tokens);
+    buffers.push_back(randomTensor(count, param ? DType::Float32 : dtype, param, rng));
+    request.tensors[arg.name] = {buffers.back()->data, dims};
+    if (!param)
+      bytesPerTokenHead += double(size) * elementSize(dtype);
+  }
+  bytesPerTokenHead += double(v) * elementSize(dtype);
+  DeviceBuffer output(size_t(tokens) * shape.heads * v * elementSize(dtype));
+  request.output = output.data;
+
+  result.milliseconds = medianMilliseconds(reps, [&] { package.forwardDevice(request); });
+  check(cudaGetLastError(), "the forward pass");
+  double tokenHeads = double(tokens) * shape.heads;
+  double c = manifest["plan"].value("chunk_size", 64);
+  bool erase = manifest["normal_form"].value("erase", "none") != "none";
+  double perTokenHead = erase ? 6 * k * v + 4 * c * (k + v) + 2.0 / 3.0 * c * c
+                              : 4 * k * v + 2 * c * (k + v);
+  result.bytes = bytesPerTokenHead * tokenHeads;
+  result.flops = perTokenHead * tokenHeads;
+  return result;
+}
+
+double floorMilliseconds(const Result &result, const Ceilings &ceilings) {
+  return 1e3 * std::max(result.bytes / ceilings.copyBytesPerSecond,
+                        result.flops / ceilings.gemmFlopsPerSecond);
+}
+
+std::string jsonLine(const Package &package, Shape shape, DType dtype,
+                     const Result &result, const Ceilings &ceilings) {
+  double seconds = result.milliseconds * 1e-3;
+  double floorMs = floorMilliseconds(result, ceilings);
+  nlohmann::json line = {
+      {"variant", package.layer()},
+      {"shape", {{"B", shape.batch}, {"T", shape.tokens}, {"H", shape.heads},
+                 {"K", package.keyDim()}, {"V", package.valueDim()}}},
+      {"dtype", dtypeName(dtype)},
+      {"kernel", result.kernel},
+      {"ms", result.milliseconds},
+      {"gb_per_s", result.bytes / seconds * 1e-9},
+      {"tflop_per_s", result.flops / seconds * 1e-12},
+      {"floor_ms", floorMs},
+      {"pct_of_floor", 100.0 * floorMs / result.milliseconds},
+      {"copy_tb_per_s", ceilings.copyBytesPerSecond * 1e-12},
+      {"gemm_tflop_per_s", ceilings.gemmFlopsPerSecond * 1e-12},
+  };
+  return line.dump();
+}
+
+} // namespace linac::bench

@@ -1,0 +1,156 @@
+//===- cuda_driver.cpp - the CUDA driver API, resolved at run time --------===//
+
+#include "cuda_driver.h"
+
+#include "linac/package.h"
+
+#include <dlfcn.h>
+#include <type_traits>
+
+namespace linac::cuda {
+
+static Error driverError(const std::string &what) {
+  return Error(Error::Kind::Driver, what);
+}
+
+#define LINAC_CUDA_STRINGIFY_EXPANDED(name) #name
+#define LINAC_CUDA_STRINGIFY(name) LINAC_CUDA_STRINGIFY_EXPANDED(name)
+
+/// The driver's reason and name for `result`, e.g. "out of memory
+/// (CUDA_ERROR_OUT_OF_MEMORY)".
+static std::string describe(const Driver &driver, CUresult result) {
+  const char *reason = nullptr, *name = nullptr;
+  driver.cuGetErrorString(result, &reason);
+  driver.cuGetErrorName(result, &name);
+  return std::string(reason ? reason : "unknown error") + " (" +
+         (name ? name : std::to_string(result)) + ")";
+}
+
+static Driver load() {
+  // The driver stays loaded for the life of the process: the modules and
+  // contexts it hands out outlive any one package.
+  void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!library)
+    throw driverError(std::string("no CUDA driver: ") + dlerror());
+  Driver loaded;
+  auto resolve = [&](auto &function, const char *symbol) {
+    function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(
+        dlsym(library, symbol));
+    if (!function)
+      throw driverError(std::string("the CUDA driver has no ") + symbol +
+                        "; it is older than this runtime needs");
+  };
+#define LINAC_CUDA_RESOLVE(name)                                               \
+  resolve(loaded.name, LINAC_CUDA_STRINGIFY(name));
+  LINAC_CUDA_DRIVER_FUNCTIONS(LINAC_CUDA_RESOLVE)
+#undef LINAC_CUDA_RESOLVE
+  if (CUresult result = loaded.cuInit(0); result != CUDA_SUCCESS)
+    throw driverError("cuInit: " + describe(loaded, result));
+  return loaded;
+}
+
+const Driver &driver() {
+  // A failed load throws out of the initialisation, so the next call tries
+  // again and reports the same reason.
+  static const Driver loaded = load();
+  return loaded;
+}
+
+void check(CUresult result, const std::string &call) {
+  if (result != CUDA_SUCCESS)
+    throw driverError(call + ": " + describe(driver(), result));
+}
+
+static CUcontext retainPrimaryContext() {
+  CUdevice device;
+  check(driver().cuDeviceGet(&device, 0), "cuDeviceGet");
+  CUcontext context = nullptr;
+  check(driver().cuDevicePrimaryCtxRetain(&context, device),
+        "cuDevicePrimaryCtxRetain");
+  return context;
+}
+
+CUcontext currentContext() {
+  CUcontext context = nullptr;
+  check(driver().cuCtxGetCurrent(&context), "cuCtxGetCurrent");
+  if (context)
+    return context;
+  // Retained once and never released: the process keeps it as the CUDA
+  // runtime API would.
+  static const CUcontext primary = retainPrimaryContext();
+  check(driver().cuCtxSetCurrent(primary), "cuCtxSetCurrent");
+  return primary;
+}
+
+bool isDeviceMemory(const void *pointer) {
+  // Unlike cuPointerGetAttribute, cuPointerGetAttributes leaves the values
+  // zero for memory the driver does not know, such as plain host memory,
+  // rather than failing. The driver writes IS_MANAGED as a bool, which a
+  // zeroed unsigned reads right whatever the bool's width.
+  unsigned memoryType = 0, isManaged = 0;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                      CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  void *values[] = {&memoryType, &isManaged};
+  check(driver().cuPointerGetAttributes(2, attributes, values,
+                                        reinterpret_cast<CUdeviceptr>(pointer)),
+        "cuPointerGetAttributes");
+  return memoryType == CU_MEMORYTYPE_DEVICE || isManaged;
+}
+
+StreamBuffer::StreamBuffer(const void *data, size_t bytes, CUstream stream)
+    : stream_(stream) {
+  check(driver().cuMemAllocAsync(&address_, bytes, stream), "cuMemAllocAsync");
+  CUresult copied = driver().cuMemcpyHtoDAsync(address_, data, bytes, stream);
+  if (copied != CUDA_SUCCESS) {
+    driver().cuMemFreeAsync(address_, stream);
+    check(copied, "cuMemcpyHtoDAsync");
+  }
+}
+
+StreamBuffer::~StreamBuffer() {
+  // A destructor cannot report a failure; one here means the stream is
+  // already broken, which the caller's next synchronisation reports.
+  driver().cuMemFreeAsync(address_, stream_);
+}
+
+ModuleCache::~ModuleCache() {
+  // Best effort: a context the caller destroyed took its modules with it,
+  // and pushing it fails.
+  for (const auto &[context, module] : modules_) {
+    if (driver().cuCtxPushCurrent(context) != CUDA_SUCCESS)
+      continue;
+    driver().cuModuleUnload(module.module);
+    CUcontext popped;
+    driver().cuCtxPopCurrent(&popped);
+  }
+}
+
+CUfunction ModuleCache::function(CUcontext context, const std::string &entry,
+                                 unsigned sharedMemory) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto loaded = modules_.find(context);
+  if (loaded == modules_.end()) {
+    CUmodule module;
+    check(driver().cuModuleLoadData(&module, image_.data()),
+          "cuModuleLoadData");
+    loaded = modules_.emplace(context, Module{module, {}}).first;
+  }
+  std::map<std::string, CUfunction> &functions = loaded->second.functions;
+  if (auto known = functions.find(entry); known != functions.end())
+    return known->second;
+  CUfunction function;
+  check(driver().cuModuleGetFunction(&function, loaded->second.module,
+                                     entry.c_str()),
+        "cuModuleGetFunction('" + entry + "')");
+  // Kernels get 48 KiB of dynamic shared memory unless they opt in to more.
+  constexpr unsigned kDefaultSharedMemory = 48 * 1024;
+  if (sharedMemory > kDefaultSharedMemory)
+    check(driver().cuFuncSetAttribute(
+              function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+              static_cast<int>(sharedMemory)),
+          "cuFuncSetAttribute('" + entry + "')");
+  functions.emplace(entry, function);
+  return function;
+}
+
+} // namespace linac::cuda

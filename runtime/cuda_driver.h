@@ -1,0 +1,110 @@
+//===- cuda_driver.h - the CUDA driver, resolved at run time ----*- C++ -*-===//
+//
+// The runtime finds the driver in libcuda.so.1 when a CUDA package first
+// runs rather than linking it, so that it builds, opens packages and runs
+// cpu packages on machines without a driver. cuda.h supplies the types.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_RUNTIME_CUDA_DRIVER_H
+#define LINAC_RUNTIME_CUDA_DRIVER_H
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace linac::cuda {
+
+// The driver functions the runtime calls. cuda.h defines several of these
+// names as macros for versioned symbols (cuMemcpyHtoDAsync is
+// cuMemcpyHtoDAsync_v2); an entry is expanded before it is declared or
+// looked up, so both match the headers' declarations.
+#define LINAC_CUDA_DRIVER_FUNCTIONS(X)                                         \
+  X(cuInit)                                                                    \
+  X(cuGetErrorName)                                                            \
+  X(cuGetErrorString)                                                          \
+  X(cuDeviceGet)                                                               \
+  X(cuDevicePrimaryCtxRetain)                                                  \
+  X(cuCtxGetCurrent)                                                           \
+  X(cuCtxSetCurrent)                                                           \
+  X(cuCtxPushCurrent)                                                          \
+  X(cuCtxPopCurrent)                                                           \
+  X(cuModuleLoadData)                                                          \
+  X(cuModuleUnload)                                                            \
+  X(cuModuleGetFunction)                                                       \
+  X(cuFuncSetAttribute)                                                        \
+  X(cuPointerGetAttributes)                                                    \
+  X(cuMemAllocAsync)                                                           \
+  X(cuMemcpyHtoDAsync)                                                         \
+  X(cuMemFreeAsync)                                                            \
+  X(cuLaunchKernel)
+
+/// The driver's entry points, called as `driver().cuLaunchKernel(...)`.
+struct Driver {
+#define LINAC_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
+  LINAC_CUDA_DRIVER_FUNCTIONS(LINAC_CUDA_DECLARE)
+#undef LINAC_CUDA_DECLARE
+};
+
+/// The driver, loaded and initialised on first use. Throws an Error of kind
+/// Driver when there is none or it lacks a function.
+const Driver &driver();
+
+/// Throws an Error of kind Driver naming `call` and the driver's reason
+/// unless `result` is CUDA_SUCCESS.
+void check(CUresult result, const std::string &call);
+
+/// The context this thread's calls run in: its current one, or else device
+/// 0's primary context, which becomes current.
+CUcontext currentContext();
+
+/// Whether `pointer` is device or managed memory; false for host memory,
+/// pinned or not, and for addresses the driver does not know.
+bool isDeviceMemory(const void *pointer);
+
+/// A device copy of host bytes, allocated, filled and freed in the order of
+/// `stream`, so it lives exactly as long as the work enqueued meanwhile.
+class StreamBuffer {
+public:
+  StreamBuffer(const void *data, size_t bytes, CUstream stream);
+  ~StreamBuffer();
+  StreamBuffer(const StreamBuffer &) = delete;
+  StreamBuffer &operator=(const StreamBuffer &) = delete;
+
+  CUdeviceptr address() const { return address_; }
+
+private:
+  CUdeviceptr address_ = 0;
+  CUstream stream_;
+};
+
+/// One cubin, loaded as a module in each context that runs it, with the
+/// functions looked up so far.
+class ModuleCache {
+public:
+  explicit ModuleCache(std::string image) : image_(std::move(image)) {}
+  ~ModuleCache();
+  ModuleCache(const ModuleCache &) = delete;
+  ModuleCache &operator=(const ModuleCache &) = delete;
+
+  /// The kernel `entry` in `context`, allowed `sharedMemory` bytes of
+  /// dynamic shared memory. Safe to call from several threads.
+  CUfunction function(CUcontext context, const std::string &entry,
+                      unsigned sharedMemory);
+
+private:
+  struct Module {
+    CUmodule module;
+    std::map<std::string, CUfunction> functions;
+  };
+  std::string image_;
+  std::mutex mutex_;
+  std::map<CUcontext, Module> modules_;
+};
+
+} // namespace linac::cuda
+
+#endif // LINAC_RUNTIME_CUDA_DRIVER_H

@@ -1,0 +1,54 @@
+//===- bench.h - timing packages on the GPU ---------------------*- C++ -*-===//
+//
+// Times a CUDA package's forward pass with CUDA events on random inputs,
+// and measures the two ceilings its floor is computed from (a
+// device-to-device copy and a bf16 matrix product) in the same process, as
+// PERF.md asks.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_BENCH_H
+#define LINAC_BENCH_H
+
+#include "linac/package.h"
+
+#include <string>
+
+namespace linac::bench {
+
+struct Ceilings {
+  double copyBytesPerSecond = 0; ///< bytes read plus written
+  double gemmFlopsPerSecond = 0; ///< bf16 8192^3 through cuBLAS
+};
+
+/// Median of `reps` timed runs of each after warm-up.
+Ceilings measureCeilings(int reps = 20);
+
+struct Shape {
+  int64_t batch = 8, tokens = 4096, heads = 16;
+};
+
+struct Result {
+  double milliseconds = 0; ///< median over the timed runs
+  double bytes = 0;        ///< the fewest bytes the pass must move
+  double flops = 0;        ///< PERF.md's FLOP count
+  std::string kernel;      ///< the entry that ran
+};
+
+/// Runs `package` at `shape` on fresh random inputs in `dtype`: warm-up,
+/// then the median of `reps` runs timed with CUDA events.
+Result forward(const Package &package, Shape shape, DType dtype, int reps = 50);
+
+/// One JSON line: variant, shape, dtype, ms, GB/s over the minimum bytes,
+/// TFLOP/s, % of floor and both ceilings.
+std::string jsonLine(const Package &package, Shape shape, DType dtype,
+                     const Result &result, const Ceilings &ceilings);
+
+/// The floor in milliseconds: max(bytes / copy, FLOPs / GEMM).
+double floorMilliseconds(const Result &result, const Ceilings &ceilings);
+
+const char *dtypeName(DType dtype);
+
+} // namespace linac::bench
+
+#endif // LINAC_BENCH_H

@@ -1,0 +1,45 @@
+/*===- abi.h - the calling convention of CUDA layer packages ------*- C -*-===*
+ *
+ * Every kernel in a CUDA package's cubin is `extern "C" __global__` and takes
+ * one linac_cuda_forward_args by value. The manifest lists each kernel with
+ * its activation dtype, block size and dynamic shared memory; the grid is
+ * (num_heads, num_seqs). The runtime validates every argument before the
+ * launch; the kernel trusts them.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef LINAC_CUDA_ABI_H
+#define LINAC_CUDA_ABI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LINAC_CUDA_ABI_VERSION 1
+/* Inputs and parameters a layer may have, each. */
+#define LINAC_CUDA_MAX_ARGUMENTS 16
+
+typedef struct linac_cuda_forward_args {
+  int64_t num_seqs;
+  int64_t tokens_per_seq;    /* sequence length when cu_seqlens is NULL */
+  const int64_t *cu_seqlens; /* device, num_seqs + 1 offsets, or NULL */
+  int64_t num_heads;         /* H: heads of the state and the output */
+  /* Device pointers in manifest order: inputs [tokens, heads, ...] in the
+   * kernel's activation dtype, parameters [heads, ...] in float32. */
+  const void *inputs[LINAC_CUDA_MAX_ARGUMENTS];
+  int64_t input_heads[LINAC_CUDA_MAX_ARGUMENTS];
+  const float *params[LINAC_CUDA_MAX_ARGUMENTS];
+  int64_t param_heads[LINAC_CUDA_MAX_ARGUMENTS];
+  const float *initial_state; /* [N, H, K, V] float32, or NULL for zeros */
+  float *final_state;         /* [N, H, K, V] float32, or NULL */
+  void *output;               /* [tokens, H, V], activation dtype */
+  float scale;                /* the read's scale unless the spec fixes it */
+} linac_cuda_forward_args;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LINAC_CUDA_ABI_H */

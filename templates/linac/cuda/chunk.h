@@ -1,0 +1,493 @@
+//===- chunk.h - the chunkwise kernel on tensor cores ------------*- C++ -*-===//
+//
+// DESIGN.md section 4 for one (head, sequence) per block of 8 warps, chunk
+// by chunk. The state stays in registers in fp32 (warp w holds key rows
+// 16w..16w+15) and in shared memory as bf16, transposed, for the products
+// that read it. Per chunk:
+//   1. each warp runs the generated prologue on its tokens;
+//   2. cumulative log-gates over the chunk;
+//   3. O = (Q (.) Lambda) S0 and R = U - (E (.) Lambda) S0;
+//   4. the masked intra-chunk matrices P (query-key) and A (erase-key);
+//   5. Delta = (I + A)^-1 R by forward substitution, one column per thread;
+//   6. O += P Delta and S <- Lambda_C (.) S + (K (.) Lambda_C / Lambda)^T Delta;
+//   7. each warp normalises its tokens' reads and runs the generated epilogue.
+// Gate factors are exponentials of differences of cumulative log-gates that
+// are never positive: a scalar gate scales rows and columns of a product; a
+// key-vector gate takes the factorised product across 16-token sub-chunks
+// (referenced to the end of the earlier sub-chunk) and pairs inside one.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_CUDA_CHUNK_H
+#define LINAC_CUDA_CHUNK_H
+
+#include "linac/cuda/token.h"
+
+#include <cstdint>
+
+namespace linac::cuda {
+
+enum class Gate { None, Scalar, Vector };
+
+/// u with the normaliser's weight beside it when the state carries one.
+template <int V> struct NormalizedValue {
+  WarpVec<V> u;
+  float weight;
+};
+template <int V, bool Normalized>
+LINAC_DEVICE NormalizedValue<V> appendNormalizer(const WarpVec<V> &u,
+                                                 float weight) {
+  return {u, Normalized ? weight : 0.0f};
+}
+
+template <int K, int V, Gate G> struct ChunkOperands {
+  WarpVec<K> q, k, e;
+  std::conditional_t<G == Gate::Vector, WarpVec<K>, float> gk;
+  NormalizedValue<V> u;
+};
+
+//===----------------------------------------------------------------------===//
+// Tensor-core tiles: mma.sync m16n8k16, bf16 operands, fp32 accumulators.
+// Fragment loaders take functors returning a packed pair of consecutive
+// reduction-axis elements, so operands can be scaled as they are loaded.
+//===----------------------------------------------------------------------===//
+
+LINAC_DEVICE uint32_t pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+LINAC_DEVICE void mma(float (&d)[4], const uint32_t (&a)[4],
+                      const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                 "r"(b[1]));
+}
+
+/// Row and column of accumulator element r of this lane in a 16 x 8 tile.
+LINAC_DEVICE int accRow(int r) { return (laneId() >> 2) + (r >= 2 ? 8 : 0); }
+LINAC_DEVICE int accCol(int r) { return (laneId() & 3) * 2 + (r & 1); }
+
+/// acc[n] += A (16 x 16 Steps) B (16 Steps x 8 Tiles); pairA(row, k) and
+/// pairB(k, col) give elements (k, k + 1). Tiles n >= liveTiles are skipped.
+template <int Tiles, int Steps, typename PairA, typename PairB>
+LINAC_DEVICE void warpProduct(float (&acc)[Tiles][4], PairA pairA, PairB pairB,
+                              int liveSteps = Steps, int liveTiles = Tiles) {
+  int g = laneId() >> 2, t = (laneId() & 3) * 2;
+#pragma unroll
+  for (int s = 0; s < Steps; ++s) {
+    if (s >= liveSteps)
+      break;
+    int k = s * 16 + t;
+    uint32_t a[4] = {pairA(g, k), pairA(g + 8, k), pairA(g, k + 8),
+                     pairA(g + 8, k + 8)};
+#pragma unroll
+    for (int n = 0; n < Tiles; ++n) {
+      if (n >= liveTiles)
+        break;
+      uint32_t b[2] = {pairB(k, n * 8 + g), pairB(k + 8, n * 8 + g)};
+      mma(acc[n], a, b);
+    }
+  }
+}
+
+template <int Tiles> LINAC_DEVICE void zero(float (&acc)[Tiles][4]) {
+#pragma unroll
+  for (int n = 0; n < Tiles; ++n)
+    for (int r = 0; r < 4; ++r)
+      acc[n][r] = 0.0f;
+}
+
+//===----------------------------------------------------------------------===//
+// Shared memory
+//===----------------------------------------------------------------------===//
+
+template <typename Layer> struct ChunkLayout {
+  static constexpr int C = Layer::kChunkSize, K = Layer::K, V = Layer::V;
+  /// Value columns: V, then the normaliser padded to a tile of 8.
+  static constexpr int U = V + (Layer::kNormalizer ? 8 : 0);
+  static constexpr bool kVectorGate = Layer::kKeyGate == Gate::Vector;
+  // Row strides, padded so fragment loads spread over the banks.
+  static constexpr int KS = K + 8, CS = C + 8, US = U + 4, AS = C + 4;
+
+  static constexpr size_t kQ = 0;                               // bf16 C x KS
+  static constexpr size_t kK = kQ + 2 * C * KS;                 // bf16 C x KS
+  static constexpr size_t kE = kK + 2 * C * KS;                 // bf16 C x KS
+  static constexpr size_t kStateT = kE + (Layer::kErase ? 2 * C * KS : 0);
+  static constexpr size_t kDeltaT = kStateT + 2 * U * KS;       // bf16 U x CS
+  static constexpr size_t kValues = kDeltaT + 2 * U * CS;       // f32 C x US
+  static constexpr size_t kP = kValues + 4 * C * US;            // f32 C x AS
+  static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
+  static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
+  static constexpr size_t kBytes = kGates + 4 * C * (kVectorGate ? KS : 1);
+
+  __nv_bfloat16 *q, *k, *e, *stateT, *deltaT;
+  float *values, *p, *a, *gates;
+
+  LINAC_DEVICE explicit ChunkLayout(char *base)
+      : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
+        k(reinterpret_cast<__nv_bfloat16 *>(base + kK)),
+        e(reinterpret_cast<__nv_bfloat16 *>(base + kE)),
+        stateT(reinterpret_cast<__nv_bfloat16 *>(base + kStateT)),
+        deltaT(reinterpret_cast<__nv_bfloat16 *>(base + kDeltaT)),
+        values(reinterpret_cast<float *>(base + kValues)),
+        p(reinterpret_cast<float *>(base + kP)),
+        a(reinterpret_cast<float *>(base + kA)),
+        gates(reinterpret_cast<float *>(base + kGates)) {}
+
+  /// Cumulative key-side log-gate of token i at channel d (any d for a
+  /// scalar gate); 0 before the chunk and without a gate.
+  LINAC_DEVICE float lambda(int i, int d) const {
+    if constexpr (Layer::kKeyGate == Gate::None)
+      return 0.0f;
+    if (i < 0)
+      return 0.0f;
+    return kVectorGate ? gates[i * KS + d] : gates[i];
+  }
+  /// The log-gate the query of token i sees.
+  LINAC_DEVICE float lambdaQ(int i, int d) const {
+    return lambda(Layer::kReadBefore ? i - 1 : i, d);
+  }
+  LINAC_DEVICE static uint32_t pair(const __nv_bfloat16 *m, int stride, int row,
+                                    int col) {
+    return *reinterpret_cast<const uint32_t *>(m + row * stride + col);
+  }
+  LINAC_DEVICE static float at(const __nv_bfloat16 *m, int stride, int row,
+                               int col) {
+    return __bfloat162float(m[row * stride + col]);
+  }
+};
+
+template <typename Layer> constexpr int chunkThreads() { return 256; }
+
+template <typename Layer> constexpr size_t chunkSharedBytes() {
+  return ChunkLayout<Layer>::kBytes;
+}
+
+//===----------------------------------------------------------------------===//
+// The kernel
+//===----------------------------------------------------------------------===//
+
+template <typename Layer, typename T>
+LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
+  using Layout = ChunkLayout<Layer>;
+  constexpr int C = Layout::C, K = Layout::K, V = Layout::V, U = Layout::U;
+  constexpr int KS = Layout::KS, CS = Layout::CS, US = Layout::US,
+                AS = Layout::AS;
+  constexpr int ValueTiles = U / 8, KeySteps = K / 16, ChunkSteps = C / 16;
+  constexpr bool kErase = Layer::kErase, kNormalizer = Layer::kNormalizer;
+  constexpr Gate G = Layer::kKeyGate;
+  static_assert(C == 64, "four warps of 16 rows cover a chunk");
+  static_assert(K % 16 == 0 && V % 16 == 0 && K <= 128 && V <= 128,
+                "eight warps of 16 key rows hold the state");
+
+  extern __shared__ __align__(16) char shared[];
+  Layout s(shared);
+  const int warp = threadIdx.x / 32;
+  const int head = blockIdx.x;
+  const int64_t seq = blockIdx.y;
+  int64_t begin, end;
+  sequenceBounds(args, seq, begin, end);
+  const int64_t stateOffset = cuda::stateOffset<Layer>(args, seq, head);
+  const float scale = readScale<Layer>(args);
+  T *output = static_cast<T *>(args.output);
+
+  // The fp32 state: warp w holds key rows 16w..16w+15, all U columns.
+  const bool stateWarp = warp < K / 16;
+  const int stateRow = warp * 16;
+  float state[ValueTiles][4];
+  for (int n = 0; n < ValueTiles; ++n)
+    for (int r = 0; r < 4; ++r) {
+      int row = stateRow + accRow(r), col = n * 8 + accCol(r);
+      state[n][r] = stateWarp && args.initial_state && col < V
+                        ? args.initial_state[stateOffset + row * V + col]
+                        : 0.0f;
+    }
+  auto publishState = [&] {
+    if (stateWarp)
+      for (int n = 0; n < ValueTiles; ++n)
+        for (int r = 0; r < 4; ++r)
+          s.stateT[(n * 8 + accCol(r)) * KS + stateRow + accRow(r)] =
+              __float2bfloat16(state[n][r]);
+  };
+  publishState();
+
+  for (int64_t start = begin; start < end; start += C) {
+    const int L = end - start < C ? int(end - start) : C;
+    __syncthreads();
+
+    // 1. Prologue: token operands into shared memory, zeros past the end.
+    for (int i = warp; i < C; i += 8) {
+      ChunkOperands<K, V, G> ops;
+      if (i < L) {
+        Layer::Chunk::prologue(Token<Layer, T>{args, start + i, head}, ops);
+      } else {
+        ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
+        ops.u = {WarpVec<V>::splat(0.0f), 0.0f};
+        if constexpr (G == Gate::Vector)
+          ops.gk = WarpVec<K>::splat(0.0f);
+        else
+          ops.gk = 0.0f;
+      }
+      for (int slot = 0; slot < WarpVec<K>::kSlots; ++slot) {
+        int d = WarpVec<K>::index(slot);
+        if (d >= K)
+          continue;
+        s.q[i * KS + d] = __float2bfloat16(ops.q.x[slot] * scale);
+        s.k[i * KS + d] = __float2bfloat16(ops.k.x[slot]);
+        if constexpr (kErase)
+          s.e[i * KS + d] = __float2bfloat16(ops.e.x[slot]);
+        if constexpr (G == Gate::Vector)
+          s.gates[i * KS + d] = ops.gk.x[slot];
+      }
+      if constexpr (G == Gate::Scalar)
+        if (laneId() == 0)
+          s.gates[i] = ops.gk;
+      for (int slot = 0; slot < WarpVec<V>::kSlots; ++slot) {
+        int j = WarpVec<V>::index(slot);
+        if (j < V)
+          s.values[i * US + j] = ops.u.u.x[slot];
+      }
+      for (int j = V + laneId(); j < U; j += 32)
+        s.values[i * US + j] = j == V ? ops.u.weight : 0.0f;
+    }
+    __syncthreads();
+
+    // 2. Cumulative log-gates.
+    if constexpr (G == Gate::Vector) {
+      for (int d = threadIdx.x; d < K; d += blockDim.x) {
+        float sum = 0.0f;
+        for (int i = 0; i < C; ++i)
+          s.gates[i * KS + d] = sum += s.gates[i * KS + d];
+      }
+    } else if constexpr (G == Gate::Scalar) {
+      if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int i = 0; i < C; ++i)
+          s.gates[i] = sum += s.gates[i];
+      }
+    }
+    __syncthreads();
+
+    // 3. What the incoming state contributes: O (warps 0-3) and the erase
+    // residual R = U - (E (.) Lambda) S0 (warps 4-7), 16 tokens each.
+    float out[ValueTiles][4];
+    zero(out);
+    const int rowBase = (warp % 4) * 16;
+    const bool queryWarp = warp < 4;
+    if (queryWarp || kErase) {
+      const __nv_bfloat16 *x = queryWarp ? s.q : s.e;
+      auto decayQ = [&](int i, int d) {
+        return queryWarp ? s.lambdaQ(i, d) : s.lambda(i, d);
+      };
+      auto pairA = [&](int r, int d) {
+        int i = rowBase + r;
+        if constexpr (G != Gate::Vector)
+          return Layout::pair(x, KS, i, d);
+        return pack(Layout::at(x, KS, i, d) * __expf(decayQ(i, d)),
+                    Layout::at(x, KS, i, d + 1) * __expf(decayQ(i, d + 1)));
+      };
+      auto pairB = [&](int d, int j) { return Layout::pair(s.stateT, KS, j, d); };
+      warpProduct<ValueTiles, KeySteps>(out, pairA, pairB);
+      for (int n = 0; n < ValueTiles; ++n)
+        for (int r = 0; r < 4; ++r) {
+          int i = rowBase + accRow(r);
+          if constexpr (G == Gate::Scalar)
+            out[n][r] *= __expf(decayQ(i, 0));
+          if (!queryWarp) {
+            float &u = s.values[i * US + n * 8 + accCol(r)];
+            u -= out[n][r];
+          }
+        }
+    }
+
+    // 4. The intra-chunk matrices, masked before any exponential:
+    // P_ij = sum_d q_id k_jd e^(lambdaQ_id - lambda_jd), j <= i (j < i when
+    // reading first); A_ij likewise with e and lambda, j < i.
+    if constexpr (G != Gate::Vector) {
+      if (queryWarp || kErase) {
+        const __nv_bfloat16 *x = queryWarp ? s.q : s.e;
+        float *target = queryWarp ? s.p : s.a;
+        bool strict = !queryWarp || Layer::kReadBefore;
+        float acc[C / 8][4];
+        zero(acc);
+        warpProduct<C / 8, KeySteps>(
+            acc, [&](int r, int d) { return Layout::pair(x, KS, rowBase + r, d); },
+            [&](int d, int j) { return Layout::pair(s.k, KS, j, d); }, KeySteps,
+            rowBase / 8 + 2);
+        for (int n = 0; n < C / 8; ++n)
+          for (int r = 0; r < 4; ++r) {
+            int i = rowBase + accRow(r), j = n * 8 + accCol(r);
+            bool live = strict ? j < i : j <= i;
+            float from = queryWarp ? s.lambdaQ(i, 0) : s.lambda(i, 0);
+            target[i * AS + j] =
+                live ? acc[n][r] * (G == Gate::None ? 1.0f
+                                                    : __expf(from - s.lambda(j, 0)))
+                     : 0.0f;
+          }
+      }
+    } else if (queryWarp) {
+      // Sub-chunks before this warp's: factorised through the log-gate at
+      // the end of the previous sub-chunk, so both factors are at most 1.
+      const int ref = rowBase - 1;
+      float pAcc[C / 8][4], aAcc[C / 8][4];
+      zero(pAcc);
+      zero(aAcc);
+      auto pairB = [&](int d, int j) {
+        return pack(Layout::at(s.k, KS, j, d) *
+                        __expf(s.lambda(ref, d) - s.lambda(j, d)),
+                    Layout::at(s.k, KS, j, d + 1) *
+                        __expf(s.lambda(ref, d + 1) - s.lambda(j, d + 1)));
+      };
+      int liveTiles = rowBase / 8;
+      if (liveTiles > 0) {
+        warpProduct<C / 8, KeySteps>(
+            pAcc,
+            [&](int r, int d) {
+              int i = rowBase + r;
+              return pack(Layout::at(s.q, KS, i, d) *
+                              __expf(s.lambdaQ(i, d) - s.lambda(ref, d)),
+                          Layout::at(s.q, KS, i, d + 1) *
+                              __expf(s.lambdaQ(i, d + 1) - s.lambda(ref, d + 1)));
+            },
+            pairB, KeySteps, liveTiles);
+        if constexpr (kErase)
+          warpProduct<C / 8, KeySteps>(
+              aAcc,
+              [&](int r, int d) {
+                int i = rowBase + r;
+                return pack(Layout::at(s.e, KS, i, d) *
+                                __expf(s.lambda(i, d) - s.lambda(ref, d)),
+                            Layout::at(s.e, KS, i, d + 1) *
+                                __expf(s.lambda(i, d + 1) - s.lambda(ref, d + 1)));
+              },
+              pairB, KeySteps, liveTiles);
+      }
+      for (int n = 0; n < C / 8; ++n)
+        for (int r = 0; r < 4; ++r) {
+          int i = rowBase + accRow(r), j = n * 8 + accCol(r);
+          if (j >= rowBase && j < rowBase + 16)
+            continue; // the diagonal sub-chunk, below
+          s.p[i * AS + j] = n < liveTiles ? pAcc[n][r] : 0.0f;
+          if constexpr (kErase)
+            s.a[i * AS + j] = n < liveTiles ? aAcc[n][r] : 0.0f;
+        }
+    } else {
+      // The diagonal sub-chunk of warp w - 4, pair by pair; lanes split the
+      // key channels (4 each) and reduce.
+      const int base = rowBase;
+      const int d0 = laneId() * 4;
+      for (int i = base; i < base + 16; ++i) {
+        for (int j = base; j < base + 16; ++j) {
+          bool liveP = Layer::kReadBefore ? j < i : j <= i;
+          bool liveA = kErase && j < i;
+          float pSum = 0.0f, aSum = 0.0f;
+          if (liveP || liveA)
+            for (int c = 0; c < 4; ++c) {
+              int d = d0 + c;
+              if (d >= K)
+                break;
+              float kj = Layout::at(s.k, KS, j, d);
+              float lj = s.lambda(j, d);
+              float fa = __expf(s.lambda(i, d) - lj);
+              float fp = Layer::kReadBefore ? __expf(s.lambdaQ(i, d) - lj) : fa;
+              if (liveP)
+                pSum += Layout::at(s.q, KS, i, d) * kj * fp;
+              if (liveA)
+                aSum += Layout::at(s.e, KS, i, d) * kj * fa;
+            }
+          pSum = warpSum(pSum);
+          if (kErase)
+            aSum = warpSum(aSum);
+          if (laneId() == 0) {
+            s.p[i * AS + j] = liveP ? pSum : 0.0f;
+            if constexpr (kErase)
+              s.a[i * AS + j] = liveA ? aSum : 0.0f;
+          }
+        }
+      }
+    }
+    __syncthreads();
+
+    // 5. Delta = (I + A)^-1 R, thread j owning value column j; bf16 and
+    // transposed for the products that read it.
+    for (int j = threadIdx.x; j < U; j += blockDim.x) {
+      float delta[C];
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        float r = s.values[i * US + j];
+        if constexpr (kErase) {
+#pragma unroll
+          for (int m = 0; m < i; ++m)
+            r -= s.a[i * AS + m] * delta[m];
+        }
+        delta[i] = r;
+        s.deltaT[j * CS + i] = __float2bfloat16(r);
+      }
+    }
+    __syncthreads();
+
+    // 6. O += P Delta (warps 0-3, into shared memory for the epilogue) and
+    // the state update (every state warp).
+    if (queryWarp) {
+      warpProduct<ValueTiles, ChunkSteps>(
+          out,
+          [&](int r, int j) {
+            const float *row = s.p + (rowBase + r) * AS + j;
+            return pack(row[0], row[1]);
+          },
+          [&](int j, int c) { return Layout::pair(s.deltaT, CS, c, j); },
+          rowBase / 16 + 1);
+      for (int n = 0; n < ValueTiles; ++n)
+        for (int r = 0; r < 4; ++r)
+          s.values[(rowBase + accRow(r)) * US + n * 8 + accCol(r)] = out[n][r];
+    }
+    if (stateWarp) {
+      float update[ValueTiles][4];
+      zero(update);
+      constexpr int last = C - 1;
+      warpProduct<ValueTiles, ChunkSteps>(
+          update,
+          [&](int r, int j) {
+            int d = stateRow + r;
+            float end = s.lambda(last, d);
+            return pack(Layout::at(s.k, KS, j, d) * __expf(end - s.lambda(j, d)),
+                        Layout::at(s.k, KS, j + 1, d) *
+                            __expf(end - s.lambda(j + 1, d)));
+          },
+          [&](int j, int c) { return Layout::pair(s.deltaT, CS, c, j); });
+      for (int n = 0; n < ValueTiles; ++n)
+        for (int r = 0; r < 4; ++r) {
+          int d = stateRow + accRow(r);
+          state[n][r] = state[n][r] * __expf(s.lambda(last, d)) + update[n][r];
+        }
+    }
+    __syncthreads();
+    publishState();
+
+    // 7. Epilogue: normalised reads through the generated code.
+    for (int i = warp; i < L; i += 8) {
+      WarpVec<V> read = WarpVec<V>::load(s.values + i * US);
+      if constexpr (kNormalizer)
+        read = read / WarpVec<V>::splat(fmaxf(fabsf(s.values[i * US + V]), 1.0f));
+      int64_t token = start + i;
+      Layer::Chunk::epilogue(Token<Layer, T>{args, token, head}, read,
+                             output + (token * args.num_heads + head) * V);
+    }
+  }
+
+  if (args.final_state && stateWarp)
+    for (int n = 0; n < ValueTiles; ++n)
+      for (int r = 0; r < 4; ++r) {
+        int row = stateRow + accRow(r), col = n * 8 + accCol(r);
+        if (col < V)
+          args.final_state[stateOffset + row * V + col] = state[n][r];
+      }
+}
+
+} // namespace linac::cuda
+
+#endif // LINAC_CUDA_CHUNK_H

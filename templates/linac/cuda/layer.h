@@ -1,0 +1,39 @@
+//===- layer.h - the CUDA skeletons generated layers instantiate -*- C++ -*-===//
+//
+// A generated layer is a struct `Layer` with the spec's dimensions, normal
+// form and plan as constants, and from the spec's body
+//   Chunk::prologue(token, operands) and Chunk::epilogue(token, read, out),
+//   run by one warp per token in the chunkwise kernel, and
+//   Scan::step(token, state, scale, out), run by the recurrent scan.
+// LINAC_CHUNK_KERNELS and LINAC_SCAN_KERNELS define the entry points the
+// package's manifest lists, one per activation dtype.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_CUDA_LAYER_H
+#define LINAC_CUDA_LAYER_H
+
+#include "linac/cuda/chunk.h"
+#include "linac/cuda/scan.h"
+
+#define LINAC_CUDA_ENTRY(Layer, family, dtype, T, threads)                     \
+  extern "C" __global__ void __launch_bounds__(threads, 1)                     \
+      linac_##family##_##dtype(const linac_cuda_forward_args args) {           \
+    linac::cuda::family##Kernel<Layer, T>(args);                              \
+  }
+
+#define LINAC_CHUNK_KERNELS(Layer)                                             \
+  LINAC_CUDA_ENTRY(Layer, chunk, bfloat16, __nv_bfloat16,                     \
+                   linac::cuda::chunkThreads<Layer>())                         \
+  LINAC_CUDA_ENTRY(Layer, chunk, float16, __half,                             \
+                   linac::cuda::chunkThreads<Layer>())
+
+#define LINAC_SCAN_KERNELS(Layer)                                              \
+  LINAC_CUDA_ENTRY(Layer, scan, float32, float,                               \
+                   linac::cuda::scanThreads<Layer>())                          \
+  LINAC_CUDA_ENTRY(Layer, scan, bfloat16, __nv_bfloat16,                      \
+                   linac::cuda::scanThreads<Layer>())                          \
+  LINAC_CUDA_ENTRY(Layer, scan, float16, __half,                              \
+                   linac::cuda::scanThreads<Layer>())
+
+#endif // LINAC_CUDA_LAYER_H

@@ -1,0 +1,57 @@
+//===- token.h - where a token's inputs live, on the GPU --------*- C++ -*-===//
+
+#ifndef LINAC_CUDA_TOKEN_H
+#define LINAC_CUDA_TOKEN_H
+
+#include "linac/cuda/abi.h"
+#include "linac/cuda/vec.h"
+
+namespace linac::cuda {
+
+/// One token of one head; inputs are in the activation type T.
+template <typename Layer, typename T> struct Token {
+  const linac_cuda_forward_args &args;
+  int64_t token;
+  int head;
+
+  /// Argument heads map onto the state's heads in contiguous groups.
+  LINAC_DEVICE int64_t groupHead(int64_t heads) const {
+    return head / (args.num_heads / heads);
+  }
+  LINAC_DEVICE const T *input(int i) const {
+    int64_t heads = args.input_heads[i];
+    return static_cast<const T *>(args.inputs[i]) +
+           (token * heads + groupHead(heads)) * Layer::inputSize(i);
+  }
+  LINAC_DEVICE const float *param(int i) const {
+    return args.params[i] + groupHead(args.param_heads[i]) * Layer::paramSize(i);
+  }
+};
+
+/// The token range [begin, end) of sequence `seq`.
+LINAC_DEVICE void sequenceBounds(const linac_cuda_forward_args &args,
+                                 int64_t seq, int64_t &begin, int64_t &end) {
+  if (args.cu_seqlens) {
+    begin = args.cu_seqlens[seq];
+    end = args.cu_seqlens[seq + 1];
+  } else {
+    begin = seq * args.tokens_per_seq;
+    end = begin + args.tokens_per_seq;
+  }
+}
+
+template <typename Layer>
+LINAC_DEVICE float readScale(const linac_cuda_forward_args &args) {
+  return Layer::kFixedScale > 0 ? Layer::kFixedScale : args.scale;
+}
+
+/// Offset of (sequence, head)'s K x V state in [N, H, K, V].
+template <typename Layer>
+LINAC_DEVICE int64_t stateOffset(const linac_cuda_forward_args &args,
+                                 int64_t seq, int head) {
+  return (seq * args.num_heads + head) * int64_t(Layer::K) * Layer::V;
+}
+
+} // namespace linac::cuda
+
+#endif // LINAC_CUDA_TOKEN_H

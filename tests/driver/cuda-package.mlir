@@ -1,0 +1,70 @@
+// A package for a GPU target: the generated CUDA source, the cubin, and a
+// manifest describing each kernel. A second compilation of the same spec
+// takes the cubin from the cache; sm_80 builds too.
+// RUN: rm -rf %t.linac %t.again.linac %t.cache %t.sm80.linac
+// RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_90a -o %t.linac
+// RUN: FileCheck %s --check-prefix=MANIFEST --input-file %t.linac/manifest.json
+// RUN: FileCheck %s --check-prefix=SOURCE --input-file %t.linac/layer.cu
+// RUN: ls %t.cache | count 1
+// The cache key holds the compiler: through a logging wrapper the first
+// compilation misses, the second hits.
+// RUN: rm -f %t.calls
+// RUN: printf '#!/bin/sh\necho "$@" >> %t.calls\nexec %nvcc "$@"\n' > %t.nvcc
+// RUN: chmod +x %t.nvcc
+// RUN: env LINAC_CACHE_DIR=%t.cache NVCC=%t.nvcc linac compile %s --target sm_90a -o %t.again.linac
+// RUN: env LINAC_CACHE_DIR=%t.cache NVCC=%t.nvcc linac compile %s --target sm_90a -o %t.again.linac
+// RUN: grep -c -- -cubin %t.calls | FileCheck %s --check-prefix=ONECOMPILE
+// RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_80 -o %t.sm80.linac
+// RUN: ls %t.cache | count 3
+// RUN: linac describe %t.sm80.linac | FileCheck %s --check-prefix=DESCRIBE
+// RUN: rm -rf %t.nocompiler.linac
+// RUN: not env NVCC=/nonexistent/nvcc linac compile %s --target sm_90a -o %t.nocompiler.linac 2>&1 | FileCheck %s --check-prefix=NONVCC
+
+// MANIFEST: "kernels": [
+// MANIFEST-NEXT: {
+// MANIFEST-NEXT: "block_threads": 256,
+// MANIFEST-NEXT: "dtype": "bfloat16",
+// MANIFEST-NEXT: "entry": "linac_chunk_bfloat16",
+// MANIFEST-NEXT: "family": "chunkwise",
+// MANIFEST-NEXT: "file": "layer.cubin",
+// MANIFEST-NEXT: "shared_memory": {{[1-9][0-9]*}}
+// MANIFEST: "entry": "linac_chunk_float16",
+// MANIFEST: "block_threads": 32,
+// MANIFEST-NEXT: "dtype": "float32",
+// MANIFEST-NEXT: "entry": "linac_scan_float32",
+// MANIFEST-NEXT: "family": "recurrent",
+// MANIFEST-NEXT: "file": "layer.cubin",
+// MANIFEST-NEXT: "shared_memory": 0
+// MANIFEST: "entry": "linac_scan_bfloat16",
+// MANIFEST: "entry": "linac_scan_float16",
+// MANIFEST: "target": "sm_90a"
+
+// SOURCE: #include "linac/cuda/layer.h"
+// SOURCE: static constexpr Gate kKeyGate = Gate::Scalar;
+// SOURCE: struct Chunk {
+// SOURCE: out.gk = v{{[0-9]+}};
+// SOURCE: struct Scan {
+// SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
+// SOURCE: LINAC_CHUNK_KERNELS(Layer)
+// SOURCE: LINAC_SCAN_KERNELS(Layer)
+
+// ONECOMPILE: {{^1$}}
+// DESCRIBE: layer @small_gated_delta for sm_80, K = 16, V = 16
+
+// NONVCC: error: /nonexistent/nvcc (from NVCC) is not an executable
+
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+
+linac.layer @small_gated_delta(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %g : f32, %b : f32) {
+  %log_a = linac.softplus %g : f32
+  %neg = arith.negf %log_a : f32
+  %beta = linac.sigmoid %b : f32
+  %S1 = linac.decay %S key(%neg : f32) : !state
+  %S2 = linac.erase %S1, %k strength(%beta : f32) : !state, !key
+  %S3 = linac.write %S2, %k, %v strength(%beta : f32) : !state, !key, !value
+  %o = linac.read %S3, %q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
+}

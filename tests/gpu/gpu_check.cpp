@@ -1,0 +1,239 @@
+//===- gpu_check.cpp - CUDA packages against the fp64 reference -----------===//
+//
+//   linac-gpu-check [--bench] [--reps N] NAME.linac...
+//
+// Runs each package on the GPU over the cases below on fresh random inputs,
+// outputs poisoned with NaN first, and compares outputs and final states
+// with the fp64 reference: relative error at most 1e-2 for bf16 and fp16
+// inputs, 1e-4 for fp32, every element written and finite. With --bench it
+// then times every package at B8 T4096 H16 in bf16 (one JSON line each, as
+// `linac bench` prints) and prints a table last. Exits non-zero on any
+// failed check.
+//
+//===----------------------------------------------------------------------===//
+
+#include "linac/bench.h"
+#include "linac/package.h"
+#include "problem.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace linac;
+using namespace linac::harness;
+
+namespace {
+
+void check(cudaError_t status, const char *what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
+    std::exit(2);
+  }
+}
+
+float roundBFloat16(float x) { return __bfloat162float(__float2bfloat16(x)); }
+float roundHalf(float x) { return __half2float(__float2half(x)); }
+
+size_t elementSize(DType dtype) { return dtype == DType::Float32 ? 4 : 2; }
+
+/// Host floats as `dtype`, or back.
+std::vector<char> encode(const std::vector<float> &values, DType dtype) {
+  std::vector<char> bytes(values.size() * elementSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::Float32)
+      reinterpret_cast<float *>(bytes.data())[i] = values[i];
+    else if (dtype == DType::BFloat16)
+      reinterpret_cast<__nv_bfloat16 *>(bytes.data())[i] = __float2bfloat16(values[i]);
+    else
+      reinterpret_cast<__half *>(bytes.data())[i] = __float2half(values[i]);
+  }
+  return bytes;
+}
+std::vector<float> decode(const std::vector<char> &bytes, DType dtype) {
+  std::vector<float> values(bytes.size() / elementSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::Float32)
+      values[i] = reinterpret_cast<const float *>(bytes.data())[i];
+    else if (dtype == DType::BFloat16)
+      values[i] = __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(bytes.data())[i]);
+    else
+      values[i] = __half2float(reinterpret_cast<const __half *>(bytes.data())[i]);
+  }
+  return values;
+}
+
+struct DeviceBuffer {
+  void *data = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t size) : bytes(size) {
+    check(cudaMalloc(&data, std::max<size_t>(size, 1)), "cudaMalloc");
+  }
+  explicit DeviceBuffer(const std::vector<char> &host) : DeviceBuffer(host.size()) {
+    check(cudaMemcpy(data, host.data(), bytes, cudaMemcpyHostToDevice), "upload");
+  }
+  ~DeviceBuffer() { cudaFree(data); }
+  std::vector<char> download() const {
+    std::vector<char> host(bytes);
+    check(cudaMemcpy(host.data(), data, bytes, cudaMemcpyDeviceToHost), "download");
+    return host;
+  }
+};
+
+std::vector<char> nanBytes(size_t count, DType dtype) {
+  return encode(std::vector<float>(count, std::nanf("")), dtype);
+}
+
+/// Runs `c` on the device in `dtype` and compares with the reference.
+Outcome runCase(const Package &package, const Case &c, DType dtype) {
+  float (*round)(float) = dtype == DType::BFloat16 ? roundBFloat16
+                          : dtype == DType::Float16 ? roundHalf
+                                                    : nullptr;
+  Dims dims{int(package.keyDim()), int(package.valueDim())};
+  Problem problem = makeProblem(package, dims, c, round);
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  DeviceForwardRequest request;
+  request.dtype = dtype;
+  request.cuSeqlens = c.cuSeqlens;
+  for (const auto &[name, argument] : problem.arguments) {
+    buffers.push_back(std::make_unique<DeviceBuffer>(
+        encode(argument.values, argument.param ? DType::Float32 : dtype)));
+    request.tensors[name] = {buffers.back()->data, argument.shape};
+  }
+  std::unique_ptr<DeviceBuffer> initial;
+  if (!problem.initialState.empty()) {
+    initial = std::make_unique<DeviceBuffer>(encode(problem.initialState, DType::Float32));
+    request.initialState = static_cast<const float *>(initial->data);
+  }
+  DeviceBuffer output(nanBytes(problem.outputSize, dtype));
+  DeviceBuffer finalState(nanBytes(problem.stateSize, DType::Float32));
+  request.output = output.data;
+  request.finalState = static_cast<float *>(finalState.data);
+  package.forwardDevice(request);
+  check(cudaDeviceSynchronize(), "the forward pass");
+  return compare(problem, decode(output.download(), dtype),
+                 decode(finalState.download(), DType::Float32));
+}
+
+struct NamedCase {
+  const char *name;
+  Case c;
+  DType dtype;
+};
+
+std::vector<NamedCase> cases() {
+  std::vector<NamedCase> all;
+  auto add = [&](const char *name, DType dtype, auto edit) {
+    Case c;
+    c.batch = 2;
+    c.tokens = 300;
+    c.heads = 4;
+    c.keyHeads = 4;
+    c.initialState = true;
+    edit(c);
+    all.push_back({name, c, dtype});
+  };
+  add("T300+init", DType::BFloat16, [](Case &) {});
+  add("varlen", DType::BFloat16,
+      [](Case &c) { c.batch = 1, c.cuSeqlens = {0, 1, 1, 66, 130, 330}; });
+  add("grouped", DType::BFloat16, [](Case &c) { c.keyHeads = 2; });
+  add("gates-20", DType::BFloat16,
+      [](Case &c) { c.gates = GateRange::Strong; });
+  add("T1", DType::BFloat16, [](Case &c) { c.batch = 3, c.tokens = 1; });
+  add("zero-gates", DType::BFloat16, [](Case &c) {
+    c.tokens = 100;
+    c.gates = GateRange::Zero;
+  });
+  add("fp16", DType::Float16, [](Case &c) { c.tokens = 130; });
+  add("fp32", DType::Float32, [](Case &c) { c.tokens = 130; });
+  return all;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  bool bench = false;
+  int reps = 50;
+  std::vector<std::string> packages;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--bench"))
+      bench = true;
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else
+      packages.push_back(argv[i]);
+  }
+  if (packages.empty()) {
+    std::fprintf(stderr, "usage: %s [--bench] [--reps N] NAME.linac...\n", argv[0]);
+    return 2;
+  }
+  check(cudaFree(nullptr), "CUDA initialisation");
+
+  bool ok = true;
+  std::vector<std::unique_ptr<Package>> opened;
+  std::printf("%-22s %-11s %-9s %10s %10s %s\n", "layer", "case", "dtype",
+              "out err", "state err", "result");
+  for (const std::string &path : packages) {
+    try {
+      opened.push_back(Package::open(path));
+    } catch (const Error &e) {
+      std::printf("%s: %s\n", path.c_str(), e.what());
+      ok = false;
+      continue;
+    }
+    const Package &package = *opened.back();
+    for (const NamedCase &named : cases()) {
+      double tolerance = named.dtype == DType::Float32 ? 1e-4 : 1e-2;
+      std::string verdict;
+      Outcome outcome;
+      try {
+        outcome = runCase(package, named.c, named.dtype);
+        bool good = outcome.finite && outcome.outputError <= tolerance &&
+                    outcome.stateError <= tolerance;
+        verdict = good ? "ok" : outcome.finite ? "FAIL" : "FAIL (NaN or unwritten)";
+        ok &= good;
+      } catch (const Error &e) {
+        verdict = std::string("FAIL: ") + e.what();
+        ok = false;
+      }
+      std::printf("%-22s %-11s %-9s %10.2e %10.2e %s\n", package.layer().c_str(),
+                  named.name, bench::dtypeName(named.dtype), outcome.outputError,
+                  outcome.stateError, verdict.c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  if (bench) {
+    bench::Ceilings ceilings = bench::measureCeilings();
+    bench::Shape shape;
+    std::vector<std::string> table;
+    for (const auto &package : opened) {
+      bench::Result result = bench::forward(*package, shape, DType::BFloat16, reps);
+      std::printf("%s\n", bench::jsonLine(*package, shape, DType::BFloat16, result,
+                                          ceilings).c_str());
+      char row[160];
+      double floorMs = bench::floorMilliseconds(result, ceilings);
+      std::snprintf(row, sizeof row, "%-22s %-22s %9.3f %9.3f %7.1f%%",
+                    package->layer().c_str(), result.kernel.c_str(),
+                    result.milliseconds, floorMs, 100.0 * floorMs / result.milliseconds);
+      table.push_back(row);
+    }
+    std::printf("\ncopy %.2f TB/s, bf16 GEMM %.0f TFLOP/s; B%lld T%lld H%lld bf16\n",
+                ceilings.copyBytesPerSecond * 1e-12, ceilings.gemmFlopsPerSecond * 1e-12,
+                (long long)shape.batch, (long long)shape.tokens, (long long)shape.heads);
+    std::printf("%-22s %-22s %9s %9s %8s\n", "layer", "kernel", "ms", "floor ms",
+                "of floor");
+    for (const std::string &row : table)
+      std::printf("%s\n", row.c_str());
+  }
+  std::printf("%s\n", ok ? "all checks passed" : "some checks FAILED");
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,71 @@
+//===- problem.h - random layer problems and their fp64 answers -*- C++ -*-===//
+//
+// Draws fresh random arguments for a package's layer at a given shape and
+// compares a kernel's outputs with the fp64 reference on them. Knows no
+// target: the CPU tests run the problem on the host, the GPU check on the
+// device.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_TESTS_HARNESS_PROBLEM_H
+#define LINAC_TESTS_HARNESS_PROBLEM_H
+
+#include "linac/package.h"
+#include "reference.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace linac::harness {
+
+struct Dims {
+  int k, v;
+};
+
+/// Raw gate inputs: N(0, 1); uniform in [-20, 20] for the inputs decays
+/// derive from; all zero.
+enum class GateRange { Moderate, Strong, Zero };
+
+struct Case {
+  int64_t batch = 2, tokens = 65, heads = 2;
+  int64_t keyHeads = 2;           ///< heads of q and k (grouped when < heads)
+  std::vector<int64_t> cuSeqlens; ///< with batch 1
+  bool initialState = false;
+  bool zeroKeys = false;
+  GateRange gates = GateRange::Moderate;
+};
+
+struct Argument {
+  std::vector<float> values;
+  std::vector<int64_t> shape;
+  bool param = false;
+};
+
+struct Problem {
+  std::map<std::string, Argument> arguments; ///< inputs and parameters
+  std::vector<float> initialState;           ///< empty for zeros
+  int64_t outputSize = 0, stateSize = 0;
+  reference::Problem reference;
+};
+
+/// Fresh random arguments for `c`. Inputs pass through `round` (what the
+/// kernel's activation dtype keeps of them) before the reference sees them;
+/// parameters and states stay float32.
+Problem makeProblem(const Package &package, Dims dims, const Case &c,
+                    float (*round)(float) = nullptr);
+
+struct Outcome {
+  double outputError = 0, stateError = 0; ///< relative to the reference
+  bool finite = true;                     ///< every element written and finite
+  double milliseconds = 0;                ///< the package's forward pass
+};
+
+/// Compares outputs (poisoned with NaN before the run) with the reference.
+Outcome compare(const Problem &problem, const std::vector<float> &output,
+                const std::vector<float> &finalState);
+
+} // namespace linac::harness
+
+#endif // LINAC_TESTS_HARNESS_PROBLEM_H

@@ -1,0 +1,345 @@
+//===- cuda_package_test.cpp - CUDA packages without a GPU ----------------===//
+//
+// Opens a hand-written sm_90a package (a manifest and a stand-in cubin) and
+// checks everything the runtime decides before it needs a driver: targets,
+// dtypes, shapes and pointers, and the error when there is no driver.
+//
+//===----------------------------------------------------------------------===//
+
+#include "linac/package.h"
+#include "linac/runtime.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <dlfcn.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kDim = 16;
+
+nlohmann::json argument(const char *name, const char *role, const char *kind,
+                        const char *shape) {
+  return {{"name", name}, {"role", role}, {"kind", kind}, {"shape", shape}};
+}
+
+nlohmann::json kernel(const char *entry, const char *dtype, const char *family,
+                      int blockThreads, int sharedMemory) {
+  return {{"entry", entry},
+          {"file", "layer.cubin"},
+          {"dtype", dtype},
+          {"family", family},
+          {"block_threads", blockThreads},
+          {"shared_memory", sharedMemory}};
+}
+
+/// A layer with key, value and scalar inputs and a per-head parameter, as
+/// the compiler would describe it for sm_90a.
+nlohmann::json cudaManifest() {
+  return {
+      {"format", 1},
+      {"target", "sm_90a"},
+      {"cuda_abi_version", 1},
+      {"layer", "toy"},
+      {"key_dim", kDim},
+      {"value_dim", kDim},
+      {"arguments",
+       {argument("q", "input", "key", "[B, T, H, K]"),
+        argument("k", "input", "key", "[B, T, H, K]"),
+        argument("v", "input", "value", "[B, T, H, V]"),
+        argument("g", "input", "scalar", "[B, T, H]"),
+        argument("A_log", "param", "scalar", "[H]"),
+        argument("initial_state", "runtime", "state",
+                 "[N, H, K, V] (optional)"),
+        argument("o", "runtime", "value", "[B, T, H, V]")}},
+      {"kernels",
+       {kernel("linac_chunk_bfloat16", "bfloat16", "chunkwise", 256, 190464),
+        kernel("linac_scan_bfloat16", "bfloat16", "recurrent", 128, 0),
+        kernel("linac_scan_float32", "float32", "recurrent", 160, 0)}}};
+}
+
+class CudaPackage : public testing::Test {
+protected:
+  void SetUp() override {
+    request.tensors = {{"q", tensor({1, 8, 2, kDim})},
+                       {"k", tensor({1, 8, 2, kDim})},
+                       {"v", tensor({1, 8, 2, kDim})},
+                       {"g", tensor({1, 8, 2})},
+                       {"A_log", tensor({2})}};
+    request.output = storage;
+    package = linac::Package::open(write(cudaManifest()).string());
+  }
+
+  /// A package directory holding `manifest` and a stand-in cubin.
+  fs::path write(const nlohmann::json &manifest) {
+    fs::path path =
+        fs::path(testing::TempDir()) /
+        (std::string("linac_cuda_") +
+         testing::UnitTest::GetInstance()->current_test_info()->name() +
+         ".linac");
+    fs::create_directories(path);
+    std::ofstream(path / "manifest.json") << manifest.dump(1);
+    std::ofstream(path / "layer.cubin", std::ios::binary) << "\x7f"
+                                                             "ELF stand-in";
+    return path;
+  }
+
+  /// A tensor whose (aligned, host) data the checks under test never read.
+  linac::DeviceTensor tensor(std::vector<int64_t> shape) {
+    return {storage, std::move(shape)};
+  }
+
+  /// The same tensors as a host request, to compare the two checks.
+  linac::ForwardRequest hostRequest() const {
+    linac::ForwardRequest host;
+    for (const auto &[name, t] : request.tensors)
+      host.tensors[name] = {static_cast<const float *>(t.data), t.shape};
+    host.cuSeqlens = request.cuSeqlens;
+    host.scale = request.scale;
+    return host;
+  }
+
+  /// The message of the error `call` throws, which must be of `kind`.
+  static std::string rejection(const std::function<void()> &call,
+                               linac::Error::Kind kind) {
+    try {
+      call();
+    } catch (const linac::Error &e) {
+      EXPECT_EQ(e.kind, kind) << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "accepted";
+    return "";
+  }
+
+  std::string deviceRejection() {
+    return rejection([&] { package->forwardDevice(request); },
+                     linac::Error::Kind::InvalidArgument);
+  }
+
+  alignas(16) float storage[64] = {};
+  std::unique_ptr<linac::Package> package;
+  linac::DeviceForwardRequest request;
+};
+
+TEST_F(CudaPackage, OpensAndReportsItsTarget) {
+  EXPECT_EQ(package->target(), "sm_90a");
+  EXPECT_EQ(package->layer(), "toy");
+  linac_package *handle = nullptr;
+  std::string path = write(cudaManifest()).string();
+  ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK)
+      << linac_last_error();
+  EXPECT_STREQ(linac_package_target(handle), "sm_90a");
+  linac_package_close(handle);
+}
+
+TEST_F(CudaPackage, OpensSm80) {
+  nlohmann::json manifest = cudaManifest();
+  manifest["target"] = "sm_80";
+  EXPECT_EQ(linac::Package::open(write(manifest).string())->target(), "sm_80");
+}
+
+TEST_F(CudaPackage, HostForwardIsRefused) {
+  std::vector<float> output(8 * 2 * kDim);
+  linac::ForwardRequest host = hostRequest();
+  host.output = output.data();
+  std::string message = rejection([&] { package->forward(host); },
+                                  linac::Error::Kind::InvalidArgument);
+  EXPECT_NE(message.find("package for target 'sm_90a' runs on a CUDA device"),
+            std::string::npos)
+      << message;
+
+  linac_package *handle = nullptr;
+  std::string path = write(cudaManifest()).string();
+  ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);
+  linac_forward_args args{};
+  args.output = output.data();
+  EXPECT_EQ(linac_forward_host(handle, &args), LINAC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(linac_last_error()).find("target 'sm_90a'"),
+            std::string::npos)
+      << linac_last_error();
+  linac_package_close(handle);
+}
+
+TEST_F(CudaPackage, BadShapesGetTheHostPathsMessages) {
+  struct Case {
+    std::function<void(linac::DeviceForwardRequest &)> edit;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[&](auto &r) { r.tensors.erase("g"); },
+       "missing input 'g', shape [B, T, H]"},
+      {[&](auto &r) {
+         r.tensors["w"] = tensor({1, 8, 2});
+       },
+       "'w' is not an argument of layer @toy"},
+      {[&](auto &r) {
+         r.tensors["q"] = tensor({1, 8, 2, 32});
+       },
+       "input 'q' has shape [1, 8, 2, 32], expected [B, T, H, K]: "
+       "feature dimensions differ"},
+      {[&](auto &r) {
+         r.tensors["g"] = tensor({1, 8, 2, 1});
+       },
+       "input 'g' has shape [1, 8, 2, 1], expected [B, T, H]: wrong rank"},
+      {[&](auto &r) {
+         r.tensors["v"] = tensor({1, 9, 2, kDim});
+       },
+       "batch and time differ"},
+      {[&](auto &r) {
+         r.tensors["v"] = tensor({1, 8, 3, kDim});
+       },
+       "head counts must divide the largest"},
+      {[&](auto &r) {
+         r.tensors["A_log"] = tensor({2, kDim});
+       },
+       "param 'A_log' has shape [2, 16], expected [H]"},
+      {[&](auto &r) {
+         r.cuSeqlens = {0, 5, 3, 8};
+       },
+       "cu_seqlens must be non-decreasing, got [0, 5, 3, 8]"},
+      {[&](auto &r) {
+         r.cuSeqlens = {0, 5};
+       },
+       "cu_seqlens must start at 0 and end at T = 8"},
+      {[&](auto &r) { r.scale = -1.0f; },
+       "scale must be finite and non-negative"},
+      {[&](auto &r) { r.tensors["k"].data = nullptr; },
+       "input 'k' has no data"},
+  };
+  linac::DeviceForwardRequest wellFormed = request;
+  for (const Case &c : cases) {
+    request = wellFormed;
+    c.edit(request);
+    std::string device = deviceRejection();
+    EXPECT_NE(device.find(c.message), std::string::npos) << device;
+    linac::ForwardRequest host = hostRequest();
+    EXPECT_EQ(rejection([&] { package->check(host); },
+                        linac::Error::Kind::InvalidArgument),
+              device);
+  }
+}
+
+TEST_F(CudaPackage, PointersAreChecked) {
+  request.output = nullptr;
+  EXPECT_EQ(deviceRejection(), "no output buffer");
+  request.output = storage;
+  request.dtype = linac::DType::BFloat16;
+  request.tensors["q"].data = reinterpret_cast<const char *>(storage) + 1;
+  EXPECT_EQ(deviceRejection(),
+            "input 'q' is not aligned to its 2-byte elements");
+  request.tensors["q"].data = storage;
+  request.finalState =
+      reinterpret_cast<float *>(reinterpret_cast<char *>(storage) + 2);
+  EXPECT_EQ(deviceRejection(),
+            "final_state is not aligned to its 4-byte elements");
+}
+
+TEST_F(CudaPackage, UnknownDTypeIsRefused) {
+  request.dtype = static_cast<linac::DType>(7);
+  EXPECT_NE(deviceRejection().find("unknown dtype 7; expected float32 (0), "
+                                   "bfloat16 (1) or float16 (2)"),
+            std::string::npos);
+
+  linac_package *handle = nullptr;
+  std::string path = write(cudaManifest()).string();
+  ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);
+  linac_device_forward_args args{};
+  int unknown = 7;
+  std::memcpy(&args.dtype, &unknown, sizeof unknown);
+  EXPECT_EQ(linac_forward_device(handle, &args), LINAC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(linac_last_error()).find("unknown dtype 7"),
+            std::string::npos)
+      << linac_last_error();
+  linac_package_close(handle);
+}
+
+TEST_F(CudaPackage, MissingDTypeListsThePackagesDTypes) {
+  request.dtype = linac::DType::Float16;
+  EXPECT_EQ(deviceRejection(),
+            "package has no float16 kernel; it has bfloat16, float32");
+}
+
+TEST_F(CudaPackage, NoDriverIsAnError) {
+  if (void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    dlclose(driver);
+    GTEST_SKIP() << "a CUDA driver is installed";
+  }
+  std::string message = rejection([&] { package->forwardDevice(request); },
+                                  linac::Error::Kind::Driver);
+  EXPECT_EQ(message.rfind("no CUDA driver: libcuda.so.1", 0), 0u) << message;
+
+  linac_package *handle = nullptr;
+  std::string path = write(cudaManifest()).string();
+  ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);
+  int64_t shapes[][4] = {
+      {1, 8, 2, kDim}, {1, 8, 2, kDim}, {1, 8, 2, kDim}, {1, 8, 2}, {2}};
+  linac_device_tensor tensors[] = {{"q", storage, 4, shapes[0]},
+                                   {"k", storage, 4, shapes[1]},
+                                   {"v", storage, 4, shapes[2]},
+                                   {"g", storage, 3, shapes[3]},
+                                   {"A_log", storage, 1, shapes[4]}};
+  int64_t cuSeqlens[] = {0, 3, 8};
+  linac_device_forward_args args{};
+  args.tensors = tensors;
+  args.num_tensors = 5;
+  args.dtype = LINAC_FLOAT32;
+  args.cu_seqlens = cuSeqlens;
+  args.num_cu_seqlens = 3;
+  args.output = storage;
+  EXPECT_EQ(linac_forward_device(handle, &args), LINAC_ERROR_DRIVER)
+      << linac_last_error();
+  EXPECT_EQ(std::string(linac_last_error()).rfind("no CUDA driver: ", 0), 0u)
+      << linac_last_error();
+  linac_package_close(handle);
+}
+
+TEST_F(CudaPackage, BadManifestsAreRefused) {
+  struct Case {
+    std::function<void(nlohmann::json &)> edit;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[](auto &m) { m["kernels"][1].erase("block_threads"); },
+       "corrupt manifest"},
+      {[](auto &m) { m["kernels"][2].erase("shared_memory"); },
+       "corrupt manifest"},
+      {[](auto &m) { m.erase("cuda_abi_version"); }, "corrupt manifest"},
+      {[](auto &m) { m["cuda_abi_version"] = 2; },
+       "kernels were built for CUDA ABI version 2"},
+      {[](auto &m) { m["kernels"][0]["dtype"] = "float64"; },
+       "kernel 'linac_chunk_bfloat16' has dtype \"float64\""},
+      {[](auto &m) { m["kernels"][1]["block_threads"] = 2048; },
+       "kernel 'linac_scan_bfloat16' has an impossible launch shape"},
+      {[](auto &m) { m["kernels"][2]["file"] = "other.cubin"; },
+       "kernel 'linac_scan_float32' is in 'other.cubin'"},
+      {[](auto &m) { m["kernels"] = nlohmann::json::array(); },
+       "manifest lists no kernels"},
+      {[](auto &m) { m["target"] = "sm_70"; }, "package is for target 'sm_70'"},
+  };
+  for (const Case &c : cases) {
+    nlohmann::json manifest = cudaManifest();
+    c.edit(manifest);
+    std::string path = write(manifest).string();
+    std::string message = rejection([&] { linac::Package::open(path); },
+                                    linac::Error::Kind::Package);
+    EXPECT_NE(message.find(c.message), std::string::npos) << message;
+  }
+}
+
+TEST_F(CudaPackage, MissingCubinIsRefused) {
+  fs::path path = write(cudaManifest());
+  fs::remove(path / "layer.cubin");
+  std::string message = rejection([&] { linac::Package::open(path.string()); },
+                                  linac::Error::Kind::Package);
+  EXPECT_NE(message.find("cannot read 'layer.cubin'"), std::string::npos)
+      << message;
+}
+
+} // namespace

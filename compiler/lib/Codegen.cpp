@@ -309,6 +309,7 @@ std::string BodyEmitter::constants(StringRef keyGateConstant) {
       "                        kReadBefore = {};\n"
       "{}"
       "  static constexpr float kFixedScale = {};\n"
+      "  static constexpr int kNumInputs = {};\n"
       "  LINAC_HOST_DEVICE static constexpr int64_t inputSize(int i) {{\n"
       "    constexpr int64_t sizes[] = {{{}}};\n    return sizes[i];\n  }}\n"
       "  LINAC_HOST_DEVICE static constexpr int64_t paramSize(int i) {{\n"
@@ -321,7 +322,8 @@ std::string BodyEmitter::constants(StringRef keyGateConstant) {
       form.valueDecay ? "true" : "false", form.readBefore ? "true" : "false",
       keyGateConstant.str(),
       floatLiteral(fixedScale ? fixedScale->convertToDouble() : 0.0),
-      sizes(layer.getInputs()), sizes(layer.getParams()));
+      layer.getInputs().size(), sizes(layer.getInputs()),
+      sizes(layer.getParams()));
 }
 
 std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
@@ -452,9 +454,11 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
   if (!recurrent)
     out += fmt::format("static_assert(linac::cuda::chunkSharedBytes<Layer>() "
                        "== {}, \"the manifest's shared memory\");\n"
-                       "LINAC_CHUNK_KERNELS(Layer)\n",
+                       "LINAC_CHUNK_KERNELS(Layer)\n"
+                       "LINAC_SCAN_KERNEL_FLOAT32(Layer)\n",
                        chunkSharedBytes(layer));
-  out += "LINAC_SCAN_KERNELS(Layer)\n";
+  else
+    out += "LINAC_SCAN_KERNELS(Layer)\n";
   if (emitter.failed)
     return failure();
   return out;
@@ -470,7 +474,12 @@ int64_t linac::chunkSharedBytes(LayerOp layer) {
   int64_t ks = state.getKeyDim() + 8, cs = c + 8, us = u + 4, as = c + 4;
   bool erase = form.erase != StrengthKind::None;
   int64_t keyRows = erase ? 3 : 2;
+  int64_t inputElements = 0;
+  for (BlockArgument input : layer.getInputs())
+    inputElements += elementsOf(input.getType());
+  int64_t stagePerWarp = (2 * inputElements + 15) / 16 * 16;
   return 2 * c * ks * keyRows + 2 * u * ks + 2 * u * cs + 4 * c * us +
          4 * c * as * (erase ? 2 : 1) +
-         4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1);
+         4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1) +
+         8 * stagePerWarp;
 }

@@ -17,6 +17,9 @@
 // RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_80 -o %t.sm80.linac
 // RUN: ls %t.cache | count 3
 // RUN: linac describe %t.sm80.linac | FileCheck %s --check-prefix=DESCRIBE
+// RUN: not linac bench %t.linac --dtype int8 2>&1 | FileCheck %s --check-prefix=BENCHDTYPE
+// RUN: not linac bench %t.linac --shape 8,4096 2>&1 | FileCheck %s --check-prefix=BENCHSHAPE
+// RUN: not linac bench %t.missing.linac 2>&1 | FileCheck %s --check-prefix=BENCHMISSING
 // RUN: rm -rf %t.nocompiler.linac
 // RUN: not env NVCC=/nonexistent/nvcc linac compile %s --target sm_90a -o %t.nocompiler.linac 2>&1 | FileCheck %s --check-prefix=NONVCC
 
@@ -35,8 +38,7 @@
 // MANIFEST-NEXT: "family": "recurrent",
 // MANIFEST-NEXT: "file": "layer.cubin",
 // MANIFEST-NEXT: "shared_memory": 0
-// MANIFEST: "entry": "linac_scan_bfloat16",
-// MANIFEST: "entry": "linac_scan_float16",
+// MANIFEST-NOT: "entry": "linac_scan_bfloat16",
 // MANIFEST: "target": "sm_90a"
 
 // SOURCE: #include "linac/cuda/layer.h"
@@ -46,11 +48,14 @@
 // SOURCE: struct Scan {
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
 // SOURCE: LINAC_CHUNK_KERNELS(Layer)
-// SOURCE: LINAC_SCAN_KERNELS(Layer)
+// SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)
 
 // ONECOMPILE: {{^1$}}
 // DESCRIBE: layer @small_gated_delta for sm_80, K = 16, V = 16
 
+// BENCHDTYPE: error: unknown dtype 'int8'; expected bfloat16, float16 or float32
+// BENCHSHAPE: error: --shape takes B,T,H as positive integers, got '8,4096'
+// BENCHMISSING: error: {{.*}}no manifest.json
 // NONVCC: error: /nonexistent/nvcc (from NVCC) is not an executable
 
 !key = tensor<16xf32, #linac.key>

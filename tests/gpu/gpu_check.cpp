@@ -179,11 +179,15 @@ int main(int argc, char **argv) {
 
   bool ok = true;
   std::vector<std::unique_ptr<Package>> opened;
+  std::vector<std::string> names; ///< package directories' stems
+
   std::printf("%-22s %-11s %-9s %10s %10s %s\n", "layer", "case", "dtype",
               "out err", "state err", "result");
   for (const std::string &path : packages) {
     try {
       opened.push_back(Package::open(path));
+      std::string stem = path.substr(path.find_last_of('/') + 1);
+      names.push_back(stem.substr(0, stem.find(".linac")));
     } catch (const Error &e) {
       std::printf("%s: %s\n", path.c_str(), e.what());
       ok = false;
@@ -215,21 +219,22 @@ int main(int argc, char **argv) {
     bench::Ceilings ceilings = bench::measureCeilings();
     bench::Shape shape;
     std::vector<std::string> table;
-    for (const auto &package : opened) {
+    for (size_t p = 0; p < opened.size(); ++p) {
+      const auto &package = opened[p];
       bench::Result result = bench::forward(*package, shape, DType::BFloat16, reps);
       std::printf("%s\n", bench::jsonLine(*package, shape, DType::BFloat16, result,
                                           ceilings).c_str());
       char row[160];
       double floorMs = bench::floorMilliseconds(result, ceilings);
       std::snprintf(row, sizeof row, "%-22s %-22s %9.3f %9.3f %7.1f%%",
-                    package->layer().c_str(), result.kernel.c_str(),
+                    names[p].c_str(), result.kernel.c_str(),
                     result.milliseconds, floorMs, 100.0 * floorMs / result.milliseconds);
       table.push_back(row);
     }
     std::printf("\ncopy %.2f TB/s, bf16 GEMM %.0f TFLOP/s; B%lld T%lld H%lld bf16\n",
                 ceilings.copyBytesPerSecond * 1e-12, ceilings.gemmFlopsPerSecond * 1e-12,
                 (long long)shape.batch, (long long)shape.tokens, (long long)shape.heads);
-    std::printf("%-22s %-22s %9s %9s %8s\n", "layer", "kernel", "ms", "floor ms",
+    std::printf("%-22s %-22s %9s %9s %8s\n", "package", "kernel", "ms", "floor ms",
                 "of floor");
     for (const std::string &row : table)
       std::printf("%s\n", row.c_str());

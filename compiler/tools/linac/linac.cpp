@@ -3,6 +3,7 @@
 //   linac compile SPEC --target cpu|sm_90a|sm_80 -o NAME.linac   spec -> package
 //   linac run NAME.linac --inputs DIR --outputs DIR  .npy in, .npy out
 //   linac describe NAME.linac                        arguments and shapes
+//   linac bench NAME.linac... [--shape B,T,H]        GPU timings, JSON lines
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +11,7 @@
 #include "linac/cuda/abi.h"
 #include "linac/Compiler/Passes.h"
 #include "linac/Linac.h"
+#include "linac/bench.h"
 #include "linac/npy.h"
 #include "linac/package.h"
 
@@ -64,6 +66,18 @@ static cl::opt<float> runScale("scale", cl::desc("Read scale (default K^-1/2)"),
 static cl::SubCommand describeCommand("describe", "Print a package's arguments");
 static cl::opt<std::string> describePackage(cl::Positional, cl::desc("<NAME.linac>"),
                                             cl::Required, cl::sub(describeCommand));
+
+static cl::SubCommand benchCommand(
+    "bench", "Time CUDA packages' forward passes on the GPU (JSON lines)");
+static cl::list<std::string> benchPackages(cl::Positional, cl::desc("<NAME.linac>..."),
+                                           cl::OneOrMore, cl::sub(benchCommand));
+static cl::list<std::string> benchShapes(
+    "shape", cl::desc("B,T,H to time (repeatable; default 8,4096,16)"),
+    cl::sub(benchCommand));
+static cl::opt<std::string> benchDtype("dtype", cl::desc("bfloat16, float16 or float32"),
+                                       cl::init("bfloat16"), cl::sub(benchCommand));
+static cl::opt<int> benchReps("reps", cl::desc("Timed runs per case (median)"),
+                              cl::init(50), cl::sub(benchCommand));
 
 static int fail(const std::string &message) {
   llvm::errs() << "linac: error: " << message << "\n";
@@ -265,8 +279,11 @@ static llvm::json::Array kernelList(linac::LayerOp layer, StringRef file) {
       recurrent ? plan.getAs<IntegerAttr>("block_threads").getInt()
                 : (layer.getStateType().getValueDim() +
                    layer.getStateType().getNormalized() + 31) / 32 * 32;
+  // The tensor-core kernels take 16-bit activations; fp32 ones always run
+  // the exact scan.
   for (StringRef dtype : {"float32", "bfloat16", "float16"})
-    add("scan", dtype, scanThreads, 0);
+    if (recurrent || dtype == "float32")
+      add("scan", dtype, scanThreads, 0);
   return kernels;
 }
 
@@ -459,6 +476,52 @@ static int run() {
   return 0;
 }
 
+static int bench() {
+  std::optional<linac::DType> dtype =
+      benchDtype == "bfloat16" ? std::optional(linac::DType::BFloat16)
+      : benchDtype == "float16" ? std::optional(linac::DType::Float16)
+      : benchDtype == "float32" ? std::optional(linac::DType::Float32)
+                                : std::nullopt;
+  if (!dtype)
+    return fail("unknown dtype '" + benchDtype +
+                "'; expected bfloat16, float16 or float32");
+  std::vector<linac::bench::Shape> shapes;
+  for (StringRef text : benchShapes) {
+    SmallVector<StringRef> parts;
+    text.split(parts, ',');
+    linac::bench::Shape shape;
+    if (parts.size() != 3 || parts[0].getAsInteger(10, shape.batch) ||
+        parts[1].getAsInteger(10, shape.tokens) ||
+        parts[2].getAsInteger(10, shape.heads) || shape.batch <= 0 ||
+        shape.tokens <= 0 || shape.heads <= 0)
+      return fail("--shape takes B,T,H as positive integers, got '" +
+                  text.str() + "'");
+    shapes.push_back(shape);
+  }
+  if (shapes.empty())
+    shapes.push_back({});
+  if (benchReps <= 0)
+    return fail("--reps must be positive");
+  try {
+    std::vector<std::unique_ptr<linac::Package>> packages;
+    for (const std::string &path : benchPackages)
+      packages.push_back(linac::Package::open(path));
+    linac::bench::Ceilings ceilings = linac::bench::measureCeilings();
+    for (const auto &package : packages)
+      for (const linac::bench::Shape &shape : shapes) {
+        linac::bench::Result result =
+            linac::bench::forward(*package, shape, *dtype, benchReps);
+        llvm::outs() << linac::bench::jsonLine(*package, shape, *dtype, result,
+                                               ceilings)
+                     << "\n";
+        llvm::outs().flush();
+      }
+  } catch (const linac::Error &e) {
+    return fail(e.what());
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   linac::registerLinacPasses();
@@ -469,5 +532,7 @@ int main(int argc, char **argv) {
     return run();
   if (describeCommand)
     return describe();
-  return fail("expected a command: compile, run or describe (see --help)");
+  if (benchCommand)
+    return bench();
+  return fail("expected a command: compile, run, describe or bench (see --help)");
 }

@@ -6,10 +6,11 @@
 // that read it. Per chunk:
 //   1. each warp runs the generated prologue on its tokens;
 //   2. cumulative log-gates over the chunk;
-//   3. O = (Q (.) Lambda) S0 and R = U - (E (.) Lambda) S0;
+//   3. R = U - (E (.) Lambda) S0;
 //   4. the masked intra-chunk matrices P (query-key) and A (erase-key);
 //   5. Delta = (I + A)^-1 R by forward substitution, one column per thread;
-//   6. O += P Delta and S <- Lambda_C (.) S + (K (.) Lambda_C / Lambda)^T Delta;
+//   6. O = (Q (.) Lambda) S0 + P Delta and
+//      S <- Lambda_C (.) S + (K (.) Lambda_C / Lambda)^T Delta;
 //   7. each warp normalises its tokens' reads and runs the generated epilogue.
 // Gate factors are exponentials of differences of cumulative log-gates that
 // are never positive: a scalar gate scales rows and columns of a product; a
@@ -45,6 +46,90 @@ template <int K, int V, Gate G> struct ChunkOperands {
   std::conditional_t<G == Gate::Vector, WarpVec<K>, float> gk;
   NormalizedValue<V> u;
 };
+
+/// A token's inputs, each lane holding its strided share: loaded a token
+/// ahead of the prologue that reads them, so that a warp's memory latency
+/// overlaps its previous token's work.
+template <typename Layer, typename T> struct StagedInputs {
+  LINAC_HOST_DEVICE static constexpr int slotsOf(int i) {
+    return int((Layer::inputSize(i) + 31) / 32);
+  }
+  LINAC_HOST_DEVICE static constexpr int slots() {
+    int n = 0;
+    for (int i = 0; i < Layer::kNumInputs; ++i)
+      n += slotsOf(i);
+    return n;
+  }
+  /// Where input i starts in a warp's staging area, and its size.
+  LINAC_HOST_DEVICE static constexpr int64_t offset(int i) {
+    int64_t n = 0;
+    for (int j = 0; j < i; ++j)
+      n += Layer::inputSize(j);
+    return n;
+  }
+  LINAC_HOST_DEVICE static constexpr int64_t elements() {
+    return offset(Layer::kNumInputs);
+  }
+
+  T x[slots() > 0 ? slots() : 1];
+
+  LINAC_DEVICE void load(const Token<Layer, T> &token) {
+    int slot = 0;
+#pragma unroll
+    for (int i = 0; i < Layer::kNumInputs; ++i) {
+      const T *p = token.input(i);
+#pragma unroll
+      for (int s = 0; s < slotsOf(i); ++s, ++slot) {
+        int index = s * 32 + laneId();
+        x[slot] = index < Layer::inputSize(i) ? p[index] : fromFloat<T>(0.0f);
+      }
+    }
+  }
+  LINAC_DEVICE void store(T *stage) const {
+    int slot = 0;
+#pragma unroll
+    for (int i = 0; i < Layer::kNumInputs; ++i) {
+#pragma unroll
+      for (int s = 0; s < slotsOf(i); ++s, ++slot) {
+        int index = s * 32 + laneId();
+        if (index < Layer::inputSize(i))
+          stage[offset(i) + index] = x[slot];
+      }
+    }
+  }
+};
+
+/// A token whose inputs the prologue reads from its warp's staging area.
+template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
+  const T *stage;
+  LINAC_DEVICE const T *input(int i) const {
+    return stage + StagedInputs<Layer, T>::offset(i);
+  }
+};
+
+/// Asks L2 for the inputs of tokens [first, first + count) of `head`.
+template <typename Layer, typename T>
+LINAC_DEVICE void prefetchInputs(const linac_cuda_forward_args &args,
+                                 int64_t first, int count, int head) {
+#pragma unroll
+  for (int i = 0; i < Layer::kNumInputs; ++i)
+    for (int t = threadIdx.x; t < count; t += blockDim.x) {
+      const char *p = reinterpret_cast<const char *>(
+          Token<Layer, T>{args, first + t, head}.input(i));
+      for (int64_t byte = 0; byte < Layer::inputSize(i) * int64_t(sizeof(T));
+           byte += 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + byte));
+    }
+}
+
+/// Log-gates below this per token are raised to it: every factor spanning
+/// such a token is then at most e^-60 instead of smaller, a difference fp32
+/// outputs cannot show, while cumulative sums stay small enough for their
+/// differences to keep fp32 precision.
+constexpr float kLogGateFloor = -60.0f;
+LINAC_DEVICE float floorLogGate(float g) {
+  return g < kLogGateFloor ? kLogGateFloor : g;
+}
 
 //===----------------------------------------------------------------------===//
 // Tensor-core tiles: mma.sync m16n8k16, bf16 operands, fp32 accumulators.
@@ -105,6 +190,13 @@ template <int Tiles> LINAC_DEVICE void zero(float (&acc)[Tiles][4]) {
 // Shared memory
 //===----------------------------------------------------------------------===//
 
+template <typename Layer> constexpr int64_t StagedInputsSize() {
+  int64_t n = 0;
+  for (int i = 0; i < Layer::kNumInputs; ++i)
+    n += Layer::inputSize(i);
+  return n;
+}
+
 template <typename Layer> struct ChunkLayout {
   static constexpr int C = Layer::kChunkSize, K = Layer::K, V = Layer::V;
   /// Value columns: V, then the normaliser padded to a tile of 8.
@@ -122,10 +214,16 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kP = kValues + 4 * C * US;            // f32 C x AS
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
   static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
-  static constexpr size_t kBytes = kGates + 4 * C * (kVectorGate ? KS : 1);
+  static constexpr size_t kStage = kGates + 4 * C * (kVectorGate ? KS : 1);
+  /// Each warp's staging area for one token's 16-bit inputs.
+  static constexpr size_t kStageBytes =
+      (2 * StagedInputsSize<Layer>() + 15) / 16 * 16;
+  static constexpr size_t kBytes = kStage + 8 * kStageBytes;
+  static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *stateT, *deltaT;
   float *values, *p, *a, *gates;
+  char *stage;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
       : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
@@ -136,7 +234,7 @@ template <typename Layer> struct ChunkLayout {
         values(reinterpret_cast<float *>(base + kValues)),
         p(reinterpret_cast<float *>(base + kP)),
         a(reinterpret_cast<float *>(base + kA)),
-        gates(reinterpret_cast<float *>(base + kGates)) {}
+        gates(reinterpret_cast<float *>(base + kGates)), stage(base + kStage) {}
 
   /// Cumulative key-side log-gate of token i at channel d (any d for a
   /// scalar gate); 0 before the chunk and without a gate.
@@ -180,7 +278,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   constexpr int ValueTiles = U / 8, KeySteps = K / 16, ChunkSteps = C / 16;
   constexpr bool kErase = Layer::kErase, kNormalizer = Layer::kNormalizer;
   constexpr Gate G = Layer::kKeyGate;
-  static_assert(C == 64, "four warps of 16 rows cover a chunk");
+  static_assert(C == 64, "four warps of 16 rows cover a chunk, one warp's "
+                         "lanes two tokens each");
   static_assert(K % 16 == 0 && V % 16 == 0 && K <= 128 && V <= 128,
                 "eight warps of 16 key rows hold the state");
 
@@ -220,10 +319,21 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     __syncthreads();
 
     // 1. Prologue: token operands into shared memory, zeros past the end.
+    T *stage = reinterpret_cast<T *>(s.stage + warp * Layout::kStageBytes);
+    StagedInputs<Layer, T> next;
+    if (warp < L)
+      next.load(Token<Layer, T>{args, start + warp, head});
     for (int i = warp; i < C; i += 8) {
       ChunkOperands<K, V, G> ops;
       if (i < L) {
-        Layer::Chunk::prologue(Token<Layer, T>{args, start + i, head}, ops);
+        StagedInputs<Layer, T> current = next;
+        if (i + 8 < L)
+          next.load(Token<Layer, T>{args, start + i + 8, head});
+        current.store(stage);
+        __syncwarp();
+        Layer::Chunk::prologue(
+            StagedToken<Layer, T>{{args, start + i, head}, stage}, ops);
+        __syncwarp();
       } else {
         ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
         ops.u = {WarpVec<V>::splat(0.0f), 0.0f};
@@ -241,11 +351,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         if constexpr (kErase)
           s.e[i * KS + d] = __float2bfloat16(ops.e.x[slot]);
         if constexpr (G == Gate::Vector)
-          s.gates[i * KS + d] = ops.gk.x[slot];
+          s.gates[i * KS + d] = floorLogGate(ops.gk.x[slot]);
       }
       if constexpr (G == Gate::Scalar)
         if (laneId() == 0)
-          s.gates[i] = ops.gk;
+          s.gates[i] = floorLogGate(ops.gk);
       for (int slot = 0; slot < WarpVec<V>::kSlots; ++slot) {
         int j = WarpVec<V>::index(slot);
         if (j < V)
@@ -255,6 +365,10 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         s.values[i * US + j] = j == V ? ops.u.weight : 0.0f;
     }
     __syncthreads();
+    if (start + C < end)
+      prefetchInputs<Layer, T>(args, start + C,
+                               end - start - C < C ? int(end - start - C) : C,
+                               head);
 
     // 2. Cumulative log-gates.
     if constexpr (G == Gate::Vector) {
@@ -264,44 +378,56 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
           s.gates[i * KS + d] = sum += s.gates[i * KS + d];
       }
     } else if constexpr (G == Gate::Scalar) {
-      if (threadIdx.x == 0) {
-        float sum = 0.0f;
-        for (int i = 0; i < C; ++i)
-          s.gates[i] = sum += s.gates[i];
+      // Warp 0 scans: two tokens per lane, then across lanes.
+      if (warp == 0) {
+        int lane = laneId();
+        float first = s.gates[2 * lane], both = first + s.gates[2 * lane + 1];
+        float inclusive = both;
+        for (int offset = 1; offset < 32; offset *= 2) {
+          float below = __shfl_up_sync(0xffffffffu, inclusive, offset);
+          if (lane >= offset)
+            inclusive += below;
+        }
+        float before = inclusive - both;
+        s.gates[2 * lane] = before + first;
+        s.gates[2 * lane + 1] = inclusive;
       }
     }
     __syncthreads();
 
-    // 3. What the incoming state contributes: O (warps 0-3) and the erase
-    // residual R = U - (E (.) Lambda) S0 (warps 4-7), 16 tokens each.
-    float out[ValueTiles][4];
-    zero(out);
+    // 3. The erase residual R = U - (E (.) Lambda) S0 (warps 4-7, 16 tokens
+    // each); what the state gives the queries waits until step 6, so that
+    // its accumulators are not live across the solve.
     const int rowBase = (warp % 4) * 16;
     const bool queryWarp = warp < 4;
-    if (queryWarp || kErase) {
-      const __nv_bfloat16 *x = queryWarp ? s.q : s.e;
-      auto decayQ = [&](int i, int d) {
-        return queryWarp ? s.lambdaQ(i, d) : s.lambda(i, d);
+    auto stateProduct = [&](float (&acc)[ValueTiles][4],
+                            const __nv_bfloat16 *x, bool query) {
+      auto decay = [&](int i, int d) {
+        return query ? s.lambdaQ(i, d) : s.lambda(i, d);
       };
-      auto pairA = [&](int r, int d) {
-        int i = rowBase + r;
-        if constexpr (G != Gate::Vector)
-          return Layout::pair(x, KS, i, d);
-        return pack(Layout::at(x, KS, i, d) * __expf(decayQ(i, d)),
-                    Layout::at(x, KS, i, d + 1) * __expf(decayQ(i, d + 1)));
-      };
-      auto pairB = [&](int d, int j) { return Layout::pair(s.stateT, KS, j, d); };
-      warpProduct<ValueTiles, KeySteps>(out, pairA, pairB);
+      zero(acc);
+      warpProduct<ValueTiles, KeySteps>(
+          acc,
+          [&](int r, int d) {
+            int i = rowBase + r;
+            if constexpr (G != Gate::Vector)
+              return Layout::pair(x, KS, i, d);
+            return pack(Layout::at(x, KS, i, d) * __expf(decay(i, d)),
+                        Layout::at(x, KS, i, d + 1) * __expf(decay(i, d + 1)));
+          },
+          [&](int d, int j) { return Layout::pair(s.stateT, KS, j, d); });
+      if constexpr (G == Gate::Scalar)
+        for (int n = 0; n < ValueTiles; ++n)
+          for (int r = 0; r < 4; ++r)
+            acc[n][r] *= __expf(decay(rowBase + accRow(r), 0));
+    };
+    if (!queryWarp && kErase) {
+      float fromState[ValueTiles][4];
+      stateProduct(fromState, s.e, false);
       for (int n = 0; n < ValueTiles; ++n)
-        for (int r = 0; r < 4; ++r) {
-          int i = rowBase + accRow(r);
-          if constexpr (G == Gate::Scalar)
-            out[n][r] *= __expf(decayQ(i, 0));
-          if (!queryWarp) {
-            float &u = s.values[i * US + n * 8 + accCol(r)];
-            u -= out[n][r];
-          }
-        }
+        for (int r = 0; r < 4; ++r)
+          s.values[(rowBase + accRow(r)) * US + n * 8 + accCol(r)] -=
+              fromState[n][r];
     }
 
     // 4. The intra-chunk matrices, masked before any exponential:
@@ -376,37 +502,47 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             s.a[i * AS + j] = n < liveTiles ? aAcc[n][r] : 0.0f;
         }
     } else {
-      // The diagonal sub-chunk of warp w - 4, pair by pair; lanes split the
-      // key channels (4 each) and reduce.
-      const int base = rowBase;
-      const int d0 = laneId() * 4;
-      for (int i = base; i < base + 16; ++i) {
-        for (int j = base; j < base + 16; ++j) {
-          bool liveP = Layer::kReadBefore ? j < i : j <= i;
-          bool liveA = kErase && j < i;
-          float pSum = 0.0f, aSum = 0.0f;
-          if (liveP || liveA)
-            for (int c = 0; c < 4; ++c) {
-              int d = d0 + c;
-              if (d >= K)
-                break;
-              float kj = Layout::at(s.k, KS, j, d);
-              float lj = s.lambda(j, d);
-              float fa = __expf(s.lambda(i, d) - lj);
-              float fp = Layer::kReadBefore ? __expf(s.lambdaQ(i, d) - lj) : fa;
-              if (liveP)
-                pSum += Layout::at(s.q, KS, i, d) * kj * fp;
-              if (liveA)
-                aSum += Layout::at(s.e, KS, i, d) * kj * fa;
-            }
-          pSum = warpSum(pSum);
-          if (kErase)
-            aSum = warpSum(aSum);
-          if (laneId() == 0) {
-            s.p[i * AS + j] = liveP ? pSum : 0.0f;
-            if constexpr (kErase)
-              s.a[i * AS + j] = liveA ? aSum : 0.0f;
+      // The diagonal sub-chunk of warp w - 4: each lane takes whole pairs
+      // (i, j <= i) of its triangle, the key channels four at a time, so no
+      // pair needs a reduction across lanes.
+      constexpr int kPairs = 16 * 17 / 2;
+      for (int pair = laneId(); pair < kPairs; pair += 32) {
+        int ii = int((sqrtf(8.0f * pair + 1.0f) - 1.0f) * 0.5f);
+        ii += (ii + 1) * (ii + 2) / 2 <= pair;
+        int i = rowBase + ii, j = rowBase + pair - ii * (ii + 1) / 2;
+        float pSum = 0.0f, aSum = 0.0f;
+        for (int d = 0; d < K; d += 4) {
+          float4 li = *reinterpret_cast<const float4 *>(s.gates + i * KS + d);
+          float4 lj = *reinterpret_cast<const float4 *>(s.gates + j * KS + d);
+          float4 lq = li;
+          if constexpr (Layer::kReadBefore)
+            lq = i > 0 ? *reinterpret_cast<const float4 *>(s.gates + (i - 1) * KS + d)
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          auto four = [&](const __nv_bfloat16 *m, int row) {
+            const __nv_bfloat162 *p2 =
+                reinterpret_cast<const __nv_bfloat162 *>(m + row * KS + d);
+            float2 lo = __bfloat1622float2(p2[0]), hi = __bfloat1622float2(p2[1]);
+            return make_float4(lo.x, lo.y, hi.x, hi.y);
+          };
+          float4 k = four(s.k, j), q = four(s.q, i);
+          pSum += q.x * k.x * __expf(lq.x - lj.x) + q.y * k.y * __expf(lq.y - lj.y) +
+                  q.z * k.z * __expf(lq.z - lj.z) + q.w * k.w * __expf(lq.w - lj.w);
+          if constexpr (kErase) {
+            float4 e = four(s.e, i);
+            aSum += e.x * k.x * __expf(li.x - lj.x) + e.y * k.y * __expf(li.y - lj.y) +
+                    e.z * k.z * __expf(li.z - lj.z) + e.w * k.w * __expf(li.w - lj.w);
           }
+        }
+        s.p[i * AS + j] = !Layer::kReadBefore || j < i ? pSum : 0.0f;
+        if constexpr (kErase)
+          s.a[i * AS + j] = j < i ? aSum : 0.0f;
+      }
+      for (int index = laneId(); index < 256; index += 32) {
+        int i = rowBase + index / 16, j = rowBase + index % 16;
+        if (j > i) {
+          s.p[i * AS + j] = 0.0f;
+          if constexpr (kErase)
+            s.a[i * AS + j] = 0.0f;
         }
       }
     }
@@ -420,9 +556,20 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       for (int i = 0; i < C; ++i) {
         float r = s.values[i * US + j];
         if constexpr (kErase) {
+          // Four partial sums, A's row read four at a time.
+          float partial[4] = {r, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-          for (int m = 0; m < i; ++m)
-            r -= s.a[i * AS + m] * delta[m];
+          for (int m = 0; m + 4 <= i; m += 4) {
+            float4 a = *reinterpret_cast<const float4 *>(s.a + i * AS + m);
+            partial[0] -= a.x * delta[m];
+            partial[1] -= a.y * delta[m + 1];
+            partial[2] -= a.z * delta[m + 2];
+            partial[3] -= a.w * delta[m + 3];
+          }
+#pragma unroll
+          for (int m = i & ~3; m < i; ++m)
+            partial[0] -= s.a[i * AS + m] * delta[m];
+          r = (partial[0] + partial[1]) + (partial[2] + partial[3]);
         }
         delta[i] = r;
         s.deltaT[j * CS + i] = __float2bfloat16(r);
@@ -430,9 +577,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     }
     __syncthreads();
 
-    // 6. O += P Delta (warps 0-3, into shared memory for the epilogue) and
-    // the state update (every state warp).
+    // 6. O = (Q (.) Lambda) S0 + P Delta (warps 0-3, into shared memory for
+    // the epilogue) and the state update (every state warp).
     if (queryWarp) {
+      float out[ValueTiles][4];
+      stateProduct(out, s.q, true);
       warpProduct<ValueTiles, ChunkSteps>(
           out,
           [&](int r, int j) {

@@ -5,8 +5,8 @@
 //   Chunk::prologue(token, operands) and Chunk::epilogue(token, read, out),
 //   run by one warp per token in the chunkwise kernel, and
 //   Scan::step(token, state, scale, out), run by the recurrent scan.
-// LINAC_CHUNK_KERNELS and LINAC_SCAN_KERNELS define the entry points the
-// package's manifest lists, one per activation dtype.
+// The LINAC_*_KERNEL(S) macros define the entry points the package's
+// manifest lists, one per activation dtype.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,9 +28,14 @@
   LINAC_CUDA_ENTRY(Layer, chunk, float16, __half,                             \
                    linac::cuda::chunkThreads<Layer>())
 
-#define LINAC_SCAN_KERNELS(Layer)                                              \
+/// fp32 activations always take the exact scan.
+#define LINAC_SCAN_KERNEL_FLOAT32(Layer)                                       \
   LINAC_CUDA_ENTRY(Layer, scan, float32, float,                               \
-                   linac::cuda::scanThreads<Layer>())                          \
+                   linac::cuda::scanThreads<Layer>())
+
+/// All three dtypes, for layers without a chunkwise kernel.
+#define LINAC_SCAN_KERNELS(Layer)                                              \
+  LINAC_SCAN_KERNEL_FLOAT32(Layer)                                             \
   LINAC_CUDA_ENTRY(Layer, scan, bfloat16, __nv_bfloat16,                      \
                    linac::cuda::scanThreads<Layer>())                          \
   LINAC_CUDA_ENTRY(Layer, scan, float16, __half,                              \

@@ -23,26 +23,22 @@ dtype, parameters float32) plus the output, so gates count at 2 bytes in
 bf16; PERF.md's table counted FLA's key-vector log gates at 4 (--selftest
 shows both).
 
-Setup, on a machine with git (here):
-  echo /.fla/ >> .git/info/exclude
-  mkdir -p .fla && git --git-dir=<fetched flash-linear-attention git dir> \\
+Setup, on the machine with the compiler:
+  mkdir -p .fla && git --git-dir=<a flash-linear-attention clone>/.git \\
       archive HEAD fla LICENSE | tar -x -C .fla
-  build/bin/linac compile examples/NAME.mlir --target sm_90a -o packages/NAME.linac
-      (for each example; *.linac/ is git-ignored, so the folder must be carried)
+  tests/gpu/prepare.sh     (every example compiled for sm_90a into .gpu-packages/)
 
-On the GPU machine (device tool: run, carry [".fla", "packages"]; FLA needs
-torch, triton, einops and transformers, all in the image, so no wheels):
-  cmake -G Ninja -S . -B build-runtime -DLINAC_RUNTIME_ONLY=ON >/dev/null &&
-  cmake --build build-runtime &&   # or carry build/lib/liblinac.so built here
-  PYTHONPATH=$PWD/.fla python3 bench/compare_fla.py --packages packages \\
-      --examples linear_attention,retnet,mamba2,gla,gateloop,hgrn2 |
-      tee $OUT/compare_fla_1.txt
-and a second run with --examples rwkv6,deltanet,gated_deltanet,kda,gdn2.
+On the GPU machine, with the working tree, .fla/, .gpu-packages/ and .deps/
+copied there (FLA needs torch, triton, einops and transformers):
+  cmake -G Ninja -S . -B build-gpu -DLINAC_RUNTIME_ONLY=ON \\
+      -DCMAKE_PREFIX_PATH=$PWD/.deps && cmake --build build-gpu &&
+  PYTHONPATH=$PWD/.fla python3 bench/compare_fla.py --packages .gpu-packages \\
+      --lib build-gpu/lib/liblinac.so --examples linear_attention,gated_deltanet
 Importing fla takes about 20 s and FLA autotunes each op on its first call
-at each shape (25 to 50 s an op, seen here), so all eleven in one command
-may pass the 10-minute limit. bench/fla_mapping_check.py checks the
-example -> FLA mapping against a float32 recurrence of the spec (all eleven
-agreed to 4e-3 in bf16 on an H200).
+at each shape (25 to 50 s an op on an H200), so all eleven in one command
+take several minutes. bench/fla_mapping_check.py checks the example -> FLA
+mapping against a float32 recurrence of the spec (all eleven agreed to 4e-3
+in bf16 on an H200).
 
 python3 bench/compare_fla.py --selftest checks the floor formula against
 PERF.md's floor column without torch or a GPU.

@@ -135,18 +135,6 @@ double gemmFlopsPerSecond(int reps) {
 
 } // namespace
 
-const char *dtypeName(DType dtype) {
-  switch (dtype) {
-  case DType::Float32:
-    return "float32";
-  case DType::BFloat16:
-    return "bfloat16";
-  case DType::Float16:
-    return "float16";
-  }
-  return "?";
-}
-
 Ceilings measureCeilings(int reps) {
   Ceilings ceilings;
   constexpr size_t bytes = size_t(1) << 30;

@@ -41,8 +41,7 @@ static bool isCudaTarget(const std::string &target) {
   return target == "sm_90a" || target == "sm_80";
 }
 
-/// The manifest's name of `dtype`, or null for a value outside the enum.
-static const char *nameOf(DType dtype) {
+const char *dtypeName(DType dtype) {
   switch (dtype) {
   case DType::Float32:
     return "float32";
@@ -60,7 +59,7 @@ static size_t sizeOf(DType dtype) {
 
 static std::optional<DType> parseDType(const std::string &name) {
   for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16})
-    if (name == nameOf(dtype))
+    if (name == dtypeName(dtype))
       return dtype;
   return std::nullopt;
 }
@@ -194,7 +193,7 @@ void Package::requireTarget(bool device) const {
 }
 
 const Package::CudaKernel &Package::kernelFor(DType dtype) const {
-  if (!nameOf(dtype))
+  if (!dtypeName(dtype))
     throw argumentError("unknown dtype " + std::to_string(int(dtype)) +
                         "; expected float32 (0), bfloat16 (1) or float16 (2)");
   std::vector<DType> available;
@@ -207,8 +206,8 @@ const Package::CudaKernel &Package::kernelFor(DType dtype) const {
   }
   std::string names;
   for (DType other : available)
-    names += (names.empty() ? "" : ", ") + std::string(nameOf(other));
-  throw argumentError("package has no " + std::string(nameOf(dtype)) +
+    names += (names.empty() ? "" : ", ") + std::string(dtypeName(other));
+  throw argumentError("package has no " + std::string(dtypeName(dtype)) +
                       " kernel; it has " + names);
 }
 

@@ -209,7 +209,7 @@ int main(int argc, char **argv) {
         ok = false;
       }
       std::printf("%-22s %-11s %-9s %10.2e %10.2e %s\n", package.layer().c_str(),
-                  named.name, bench::dtypeName(named.dtype), outcome.outputError,
+                  named.name, dtypeName(named.dtype), outcome.outputError,
                   outcome.stateError, verdict.c_str());
       std::fflush(stdout);
     }

@@ -47,8 +47,6 @@ std::string jsonLine(const Package &package, Shape shape, DType dtype,
 /// The floor in milliseconds: max(bytes / copy, FLOPs / GEMM).
 double floorMilliseconds(const Result &result, const Ceilings &ceilings);
 
-const char *dtypeName(DType dtype);
-
 } // namespace linac::bench
 
 #endif // LINAC_BENCH_H

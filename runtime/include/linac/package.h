@@ -50,6 +50,10 @@ struct ForwardRequest {
 /// The element type of a device call's inputs and output.
 enum class DType { Float32, BFloat16, Float16 };
 
+/// The manifest's name of `dtype` ("float32", "bfloat16", "float16"), or
+/// null for a value outside the enum.
+const char *dtypeName(DType dtype);
+
 /// A tensor in device memory, C order, in the call's dtype (float32 for
 /// parameters).
 struct DeviceTensor {

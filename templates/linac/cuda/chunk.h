@@ -469,28 +469,26 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
                         __expf(s.lambda(ref, d + 1) - s.lambda(j, d + 1)));
       };
       int liveTiles = rowBase / 8;
-      if (liveTiles > 0) {
+      // x_i (.) e^(decay_i - lambda_ref) against pairB, for P and for A.
+      auto offDiagonal = [&](float (&acc)[C / 8][4], const __nv_bfloat16 *x,
+                             bool query) {
+        auto factor = [&](int i, int d) {
+          return __expf((query ? s.lambdaQ(i, d) : s.lambda(i, d)) -
+                        s.lambda(ref, d));
+        };
         warpProduct<C / 8, KeySteps>(
-            pAcc,
+            acc,
             [&](int r, int d) {
               int i = rowBase + r;
-              return pack(Layout::at(s.q, KS, i, d) *
-                              __expf(s.lambdaQ(i, d) - s.lambda(ref, d)),
-                          Layout::at(s.q, KS, i, d + 1) *
-                              __expf(s.lambdaQ(i, d + 1) - s.lambda(ref, d + 1)));
+              return pack(Layout::at(x, KS, i, d) * factor(i, d),
+                          Layout::at(x, KS, i, d + 1) * factor(i, d + 1));
             },
             pairB, KeySteps, liveTiles);
+      };
+      if (liveTiles > 0) {
+        offDiagonal(pAcc, s.q, true);
         if constexpr (kErase)
-          warpProduct<C / 8, KeySteps>(
-              aAcc,
-              [&](int r, int d) {
-                int i = rowBase + r;
-                return pack(Layout::at(s.e, KS, i, d) *
-                                __expf(s.lambda(i, d) - s.lambda(ref, d)),
-                            Layout::at(s.e, KS, i, d + 1) *
-                                __expf(s.lambda(i, d + 1) - s.lambda(ref, d + 1)));
-              },
-              pairB, KeySteps, liveTiles);
+          offDiagonal(aAcc, s.e, false);
       }
       for (int n = 0; n < C / 8; ++n)
         for (int r = 0; r < 4; ++r) {

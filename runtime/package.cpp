@@ -95,6 +95,8 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
     package->layer_ = manifest.at("layer").get<std::string>();
     package->keyDim_ = manifest.at("key_dim").get<int64_t>();
     package->valueDim_ = manifest.at("value_dim").get<int64_t>();
+    package->normalizer_ =
+        manifest.at("normal_form").value("normalizer", false);
     if (package->keyDim_ <= 0 || package->valueDim_ <= 0)
       throw packageError(path, "manifest has non-positive dimensions");
     for (const nlohmann::json &arg : manifest.at("arguments")) {
@@ -168,6 +170,16 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
       package->forward_ = dlsym(package->library_, entry.c_str());
       if (!package->forward_)
         throw packageError(path, "kernel has no entry '" + entry + "'");
+      const nlohmann::json &decode = manifest.at("decode");
+      std::string decodeEntry = decode.at("entry").get<std::string>();
+      if (decode.at("state_layout").get<std::string>() != "key_major")
+        throw packageError(path, "decode state layout " +
+                                     decode.at("state_layout").dump() +
+                                     " is not key_major");
+      package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
+      package->decode_ = dlsym(package->library_, decodeEntry.c_str());
+      if (!package->decode_)
+        throw packageError(path, "kernel has no entry '" + decodeEntry + "'");
     }
   } catch (const nlohmann::json::exception &e) {
     throw packageError(path, std::string("corrupt manifest: ") + e.what());
@@ -415,6 +427,105 @@ void Package::forward(const ForwardRequest &request) const {
                 "kernel failed with status " + std::to_string(status));
 }
 
+size_t Package::checkPool(int64_t poolSlots,
+                          const std::vector<int64_t> &indices) const {
+  std::vector<bool> taken(poolSlots > 0 ? poolSlots : 0);
+  for (size_t b = 0; b < indices.size(); ++b) {
+    int64_t slot = indices[b];
+    if (slot < -1 || slot >= poolSlots)
+      throw argumentError("state index " + std::to_string(slot) +
+                          " of sequence " + std::to_string(b) +
+                          " is outside the pool's " +
+                          std::to_string(poolSlots) + " slots (-1 skips)");
+    if (slot >= 0 && taken[slot])
+      throw argumentError("pool slot " + std::to_string(slot) +
+                          " is given to two sequences");
+    if (slot >= 0)
+      taken[slot] = true;
+  }
+  return size_t(keyDim_) * stateColumns();
+}
+
+void Package::decode(const DecodeRequest &request) const {
+  requireTarget(/*device=*/false);
+  if (!decode_)
+    throw argumentError("package for target '" + target_ +
+                        "' has no host decode entry");
+  ForwardShape shape = checkShapes(shapesOf(request.tensors), {}, request.scale);
+  for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
+    for (const ArgumentInfo &arg : *args)
+      checkPointer(request.tensors.at(arg.name).data, sizeof(float),
+                   describe(arg));
+  if (shape.tokens < 1 || shape.tokens > maxDecodeTokens_)
+    throw argumentError("decode takes 1 to " + std::to_string(maxDecodeTokens_) +
+                        " new tokens per sequence, got " +
+                        std::to_string(shape.tokens));
+  std::vector<int64_t> expectedPool{-1, shape.heads, keyDim_, stateColumns()};
+  const std::vector<int64_t> &pool = request.poolShape;
+  if (pool.size() != 4 || pool[0] < 0 ||
+      !std::equal(pool.begin() + 1, pool.end(), expectedPool.begin() + 1))
+    throw argumentError("state pool has shape " + shapeString(pool) +
+                        ", expected [P, " + std::to_string(shape.heads) + ", " +
+                        std::to_string(keyDim_) + ", " +
+                        std::to_string(stateColumns()) + "]");
+  if (int64_t(request.stateIndices.size()) != shape.batch)
+    throw argumentError("state_indices has " +
+                        std::to_string(request.stateIndices.size()) +
+                        " entries for " + std::to_string(shape.batch) +
+                        " sequences");
+  checkPool(pool[0], request.stateIndices);
+  checkPointer(request.statePool, sizeof(float), "state pool");
+  if (!request.output)
+    throw argumentError("no output buffer");
+
+  std::vector<const float *> inputs, params;
+  std::vector<int64_t> inputHeads, paramHeads;
+  for (const ArgumentInfo &arg : inputs_) {
+    const HostTensor &t = request.tensors.at(arg.name);
+    inputs.push_back(t.data);
+    inputHeads.push_back(t.shape[2]);
+  }
+  for (const ArgumentInfo &arg : params_) {
+    const HostTensor &t = request.tensors.at(arg.name);
+    params.push_back(t.data);
+    paramHeads.push_back(t.shape[0]);
+  }
+  linac_cpu_decode_args args{};
+  args.num_seqs = shape.batch;
+  args.tokens = shape.tokens;
+  args.num_heads = shape.heads;
+  args.inputs = inputs.data();
+  args.input_heads = inputHeads.data();
+  args.params = params.data();
+  args.param_heads = paramHeads.data();
+  args.state_pool = request.statePool;
+  args.state_indices = request.stateIndices.data();
+  args.output = request.output;
+  args.scale = scaleOrDefault(request.scale, keyDim_);
+  int status = reinterpret_cast<linac_cpu_decode_fn>(decode_)(&args);
+  if (status != 0)
+    throw Error(Error::Kind::Kernel,
+                "kernel failed with status " + std::to_string(status));
+}
+
+void Package::statesFromPool(const float *pool, int64_t poolSlots,
+                             int64_t heads, const std::vector<int64_t> &indices,
+                             float *states) const {
+  size_t size = checkPool(poolSlots, indices) * heads;
+  for (size_t n = 0; n < indices.size(); ++n)
+    if (indices[n] >= 0)
+      std::copy_n(pool + indices[n] * size, size, states + n * size);
+}
+
+void Package::statesToPool(const float *states, int64_t heads,
+                           const std::vector<int64_t> &indices, float *pool,
+                           int64_t poolSlots) const {
+  size_t size = checkPool(poolSlots, indices) * heads;
+  for (size_t n = 0; n < indices.size(); ++n)
+    if (indices[n] >= 0)
+      std::copy_n(states + n * size, size, pool + indices[n] * size);
+}
+
 void Package::forwardDevice(const DeviceForwardRequest &request) const {
   ForwardShape shape = check(request);
   const CudaKernel &kernel = kernelFor(request.dtype);
@@ -583,6 +694,55 @@ linac_status linac_forward_host(linac_package *package,
     request.output = args->output;
     request.scale = args->scale;
     package->package->forward(request);
+  });
+}
+
+linac_status linac_decode_host(linac_package *package,
+                               const linac_decode_args *args) {
+  return guarded([&] {
+    if (!package || !args)
+      throw invalidArgument("linac_decode_host needs a package and arguments");
+    if (!args->pool_shape || (args->num_sequences && !args->state_indices))
+      throw invalidArgument("linac_decode_host needs pool_shape and "
+                            "state_indices");
+    linac::DecodeRequest request;
+    request.tensors =
+        tensorsOf<linac::HostTensor>(args->tensors, args->num_tensors);
+    request.statePool = args->state_pool;
+    request.poolShape.assign(args->pool_shape, args->pool_shape + 4);
+    request.stateIndices.assign(args->state_indices,
+                                args->state_indices + args->num_sequences);
+    request.output = args->output;
+    request.scale = args->scale;
+    package->package->decode(request);
+  });
+}
+
+linac_status linac_states_from_pool(const linac_package *package,
+                                    const float *pool, int64_t pool_slots,
+                                    int64_t heads, const int64_t *indices,
+                                    size_t count, float *states) {
+  return guarded([&] {
+    if (!package || !pool || !states || (count && !indices) || heads <= 0)
+      throw invalidArgument("linac_states_from_pool needs a package, buffers, "
+                            "indices and a positive head count");
+    package->package->statesFromPool(
+        pool, pool_slots, heads, std::vector<int64_t>(indices, indices + count),
+        states);
+  });
+}
+
+linac_status linac_states_to_pool(const linac_package *package,
+                                  const float *states, int64_t heads,
+                                  const int64_t *indices, size_t count,
+                                  float *pool, int64_t pool_slots) {
+  return guarded([&] {
+    if (!package || !pool || !states || (count && !indices) || heads <= 0)
+      throw invalidArgument("linac_states_to_pool needs a package, buffers, "
+                            "indices and a positive head count");
+    package->package->statesToPool(
+        states, heads, std::vector<int64_t>(indices, indices + count), pool,
+        pool_slots);
   });
 }
 

@@ -400,22 +400,24 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer) {
                     "namespace {\nusing namespace linac::cpu;\n\n"
                     "struct Layer {\n" +
                     emitter.constants("");
-  if (isRecurrent(layer))
-    out += emitter.stepFunction(
-        kCpuFlavor, "static void step(const Token<Layer> &token, "
-                    "State<K, V, kNormalizer> &state, float scale, float *out)");
-  else
+  if (!isRecurrent(layer))
     out += emitter.chunkFunctions(
         kCpuFlavor,
         "static void prologue(const Token<Layer> &token, "
         "Operands<K, V, kNormalizer> &out)",
         "static void epilogue(const Token<Layer> &token, const Vec<V> &read, "
         "float *out)");
+  // Every layer has the step: the recurrent scan runs it, and so does decode.
+  out += emitter.stepFunction(
+      kCpuFlavor, "template <typename Token> static void step(const Token &token, "
+                  "State<K, V, kNormalizer> &state, float scale, float *out)");
   out += "};\n\n} // namespace\n\n"
          "extern \"C\" int linac_cpu_abi_version(void) {\n"
          "  return LINAC_CPU_ABI_VERSION;\n}\n\n"
          "extern \"C\" int linac_cpu_forward(const linac_cpu_forward_args *args) {\n"
-         "  return linac::cpu::forward<Layer>(*args);\n}\n";
+         "  return linac::cpu::forward<Layer>(*args);\n}\n\n"
+         "extern \"C\" int linac_cpu_decode(const linac_cpu_decode_args *args) {\n"
+         "  return linac::cpu::decode<Layer>(*args);\n}\n";
   if (emitter.failed)
     return failure();
   return out;

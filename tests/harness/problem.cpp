@@ -120,7 +120,8 @@ Problem makeProblem(const Package &package, Dims dims, const Case &c,
     problem.arguments[arg.name] = {std::move(values), shape, param};
   }
 
-  problem.stateSize = sequences * c.heads * dims.k * dims.v;
+  bool normalized = manifest["normal_form"].value("normalizer", false);
+  problem.stateSize = sequences * c.heads * dims.k * (dims.v + normalized);
   problem.outputSize = totalTokens * c.heads * dims.v;
   if (c.initialState) {
     problem.initialState.resize(problem.stateSize);

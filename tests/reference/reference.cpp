@@ -155,9 +155,11 @@ Interpreter::Interpreter(const Problem &problem)
   for (size_t i = 0; i < paramIds.size(); ++i)
     checkTensor(problem.params[i], paramIds[i], 1,
                 "param " + std::to_string(i));
-  size_t stateSize = (cu.size() - 1) * problem.numHeads * keyDim * valueDim;
+  size_t stateSize = (cu.size() - 1) * problem.numHeads * keyDim *
+                     (valueDim + (normalized ? 1 : 0));
   if (!problem.initialState.empty() && problem.initialState.size() != stateSize)
-    throw std::runtime_error("reference: initialState is not [N, H, K, V]");
+    throw std::runtime_error(
+        "reference: initialState is not [N, H, K, V (+ 1 with a normaliser)]");
 }
 
 void Interpreter::checkTensor(const Tensor &tensor, int64_t id, int64_t rows,
@@ -196,25 +198,35 @@ Value Interpreter::argument(const Tensor &tensor, int64_t id, int64_t row,
 Result Interpreter::run() const {
   const std::vector<int64_t> &cu = problem.cuSeqlens;
   int64_t numSeqs = cu.size() - 1, heads = problem.numHeads;
-  size_t stateSize = keyDim * valueDim;
+  // States in memory are [K, V], or [K, V + 1] with the normaliser last.
+  int64_t columns = valueDim + (normalized ? 1 : 0);
+  size_t stateSize = keyDim * columns;
   Result result;
   result.output.assign(cu.back() * heads * valueDim, 0.0);
   result.finalState.assign(numSeqs * heads * stateSize, 0.0);
   for (int64_t n = 0; n < numSeqs; ++n) {
     for (int64_t h = 0; h < heads; ++h) {
       size_t offset = (n * heads + h) * stateSize;
-      Value state{std::vector<double>(stateSize, 0.0),
+      Value state{std::vector<double>(keyDim * valueDim, 0.0),
                   std::vector<double>(normalized ? keyDim : 0, 0.0)};
       if (!problem.initialState.empty())
-        std::copy_n(problem.initialState.begin() + offset, stateSize,
-                    state.data.begin());
+        for (int64_t i = 0; i < keyDim; ++i) {
+          const float *row = problem.initialState.data() + offset + i * columns;
+          std::copy_n(row, valueDim, state.data.begin() + i * valueDim);
+          if (normalized)
+            state.norm[i] = row[valueDim];
+        }
       for (int64_t t = cu[n]; t < cu[n + 1]; ++t) {
         std::vector<double> out = step(state, t, h);
         std::copy(out.begin(), out.end(),
                   result.output.begin() + (t * heads + h) * valueDim);
       }
-      std::copy(state.data.begin(), state.data.end(),
-                result.finalState.begin() + offset);
+      for (int64_t i = 0; i < keyDim; ++i) {
+        double *row = result.finalState.data() + offset + i * columns;
+        std::copy_n(state.data.begin() + i * valueDim, valueDim, row);
+        if (normalized)
+          row[valueDim] = state.norm[i];
+      }
     }
   }
   return result;

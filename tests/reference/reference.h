@@ -33,13 +33,15 @@ struct Problem {
   int64_t numHeads = 1;                 ///< H, the state's head count
   std::vector<Tensor> inputs;           ///< in the step's input order
   std::vector<Tensor> params;           ///< in the step's parameter order
-  std::vector<float> initialState;      ///< [N, H, K, V] or empty for zeros
+  /// [N, H, K, V], [N, H, K, V + 1] with a normaliser (its last column),
+  /// or empty for zeros.
+  std::vector<float> initialState;
   double scale = 0.0;                   ///< 0 means K^-1/2
 };
 
 struct Result {
   std::vector<double> output;           ///< [total_tokens, H, V]
-  std::vector<double> finalState;       ///< [N, H, K, V]
+  std::vector<double> finalState;       ///< as initialState
 };
 
 /// Runs the step over every sequence and head. Throws std::runtime_error

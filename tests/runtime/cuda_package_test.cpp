@@ -49,6 +49,7 @@ nlohmann::json cudaManifest() {
       {"layer", "toy"},
       {"key_dim", kDim},
       {"value_dim", kDim},
+      {"normal_form", {{"normalizer", false}}},
       {"arguments",
        {argument("q", "input", "key", "[B, T, H, K]"),
         argument("k", "input", "key", "[B, T, H, K]"),

@@ -41,6 +41,8 @@ namespace cl = llvm::cl;
 namespace fs = llvm::sys::fs;
 
 static constexpr const char *kCompilerVersion = "0.1.0";
+/// New tokens per sequence a decode call takes (speculative decoding).
+static constexpr int kMaxDecodeTokens = 8;
 /// The calling convention of templates/linac/cuda/abi.h.
 static constexpr int kCudaAbiVersion = LINAC_CUDA_ABI_VERSION;
 
@@ -351,15 +353,20 @@ static int compile() {
         {"name", layer.getArgumentName(arg)}, {"role", role}, {"kind", kind},
         {"shape", shapeOf(role, kind)}, {"dtype", "float32"}});
   }
-  auto runtimeArgument = [&](StringRef name, StringRef kind, StringRef shape,
+  // The JSON value owns `shape`; a StringRef would only borrow it.
+  auto runtimeArgument = [&](StringRef name, StringRef kind, std::string shape,
                              StringRef dtype) {
     arguments.push_back(llvm::json::Object{{"name", name}, {"role", "runtime"},
-                                           {"kind", kind}, {"shape", shape},
+                                           {"kind", kind},
+                                           {"shape", std::move(shape)},
                                            {"dtype", dtype}});
   };
   runtimeArgument("cu_seqlens", "index", "[N + 1] (optional, B = 1)", "int64");
-  runtimeArgument("initial_state", "state", "[N, H, K, V] (optional)", "float32");
-  runtimeArgument("final_state", "state", "[N, H, K, V]", "float32");
+  // A normaliser persists as the state's last column.
+  std::string state =
+      layer.getStateType().getNormalized() ? "[N, H, K, V + 1]" : "[N, H, K, V]";
+  runtimeArgument("initial_state", "state", state + " (optional)", "float32");
+  runtimeArgument("final_state", "state", state, "float32");
   runtimeArgument("o", "value", "[B, T, H, V]", "float32");
 
   llvm::json::Object manifest{
@@ -378,6 +385,11 @@ static int compile() {
   };
   if (targetName != "cpu")
     manifest["cuda_abi_version"] = kCudaAbiVersion;
+  else
+    // States in the pool are laid out as the forward pass's: key-major.
+    manifest["decode"] = llvm::json::Object{{"entry", "linac_cpu_decode"},
+                                            {"max_tokens", kMaxDecodeTokens},
+                                            {"state_layout", "key_major"}};
   std::string manifestText;
   llvm::raw_string_ostream(manifestText)
       << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
@@ -439,13 +451,13 @@ static int run() {
     request.scale = runScale;
     linac::ForwardShape shape = package->check(request);
 
-    int64_t stateSize =
-        shape.sequences * shape.heads * package->keyDim() * package->valueDim();
+    int64_t stateSize = shape.sequences * shape.heads * package->keyDim() *
+                        package->stateColumns();
     std::vector<float> initial;
     if (fs::exists(path("initial_state"))) {
       linac::NpyArray array = linac::readNpy(path("initial_state"));
       std::vector<int64_t> expected{shape.sequences, shape.heads,
-                                    package->keyDim(), package->valueDim()};
+                                    package->keyDim(), package->stateColumns()};
       if (array.shape != expected)
         return fail(fmt::format("initial_state has shape {}, expected [{}]",
                                 array.shapeString(), fmt::join(expected, ", ")));
@@ -466,7 +478,7 @@ static int run() {
                                        output));
     linac::writeNpy(outputsDir + "/final_state.npy",
                     linac::makeFloat32({shape.sequences, shape.heads,
-                                        package->keyDim(), package->valueDim()},
+                                        package->keyDim(), package->stateColumns()},
                                        finalState));
   } catch (const linac::Error &e) {
     return fail(e.what());

@@ -74,6 +74,23 @@ struct DeviceForwardRequest {
   void *stream = nullptr; ///< a CUstream; null for the default stream
 };
 
+/// A decode step of a cpu package: a few new tokens for each of B
+/// sequences whose states live in a pool of P slots, addressed per sequence
+/// (continuous batching).
+struct DecodeRequest {
+  /// Inputs [B, n, H, ...] (n new tokens, 1 to maxDecodeTokens()) and
+  /// parameters, as for the forward pass.
+  std::map<std::string, HostTensor> tensors;
+  /// [P, H, K, stateColumns()], key-major; read and written in place.
+  float *statePool = nullptr;
+  std::vector<int64_t> poolShape;
+  /// [B]: sequence b's pool slot, or -1 to skip it (its output rows are not
+  /// written). No slot may appear twice.
+  std::vector<int64_t> stateIndices;
+  float *output = nullptr; ///< [B, n, H, V]
+  float scale = 0.0f;
+};
+
 /// Shapes a validated request implies.
 struct ForwardShape {
   int64_t batch = 0, tokens = 0, heads = 0, sequences = 0;
@@ -90,6 +107,9 @@ public:
   const std::string &target() const { return target_; }
   int64_t keyDim() const { return keyDim_; }
   int64_t valueDim() const { return valueDim_; }
+  /// Columns of a head's state in memory: V, or V + 1 when the layer keeps
+  /// a normaliser (its last column).
+  int64_t stateColumns() const { return valueDim_ + (normalizer_ ? 1 : 0); }
   const std::vector<ArgumentInfo> &arguments() const { return arguments_; }
   /// The manifest's text, for tools that show or test it.
   const std::string &manifest() const { return manifest_; }
@@ -101,6 +121,18 @@ public:
   ForwardShape check(const DeviceForwardRequest &request) const;
   /// Runs the forward pass of a cpu package on host buffers.
   void forward(const ForwardRequest &request) const;
+  /// Runs a decode step of a cpu package on host buffers.
+  void decode(const DecodeRequest &request) const;
+  /// New tokens a decode call may take per sequence.
+  int64_t maxDecodeTokens() const { return maxDecodeTokens_; }
+  /// Copies states between a pool [P, H, K, stateColumns()] and the
+  /// forward pass's [N, H, K, stateColumns()] layout: state n is pool slot
+  /// indices[n]; entries of -1 are skipped.
+  void statesFromPool(const float *pool, int64_t poolSlots, int64_t heads,
+                      const std::vector<int64_t> &indices, float *states) const;
+  void statesToPool(const float *states, int64_t heads,
+                    const std::vector<int64_t> &indices, float *pool,
+                    int64_t poolSlots) const;
   /// Enqueues the forward pass of a CUDA package on the request's stream,
   /// in the calling thread's current CUDA context (device 0's primary
   /// context if it has none). Does not synchronize.
@@ -127,10 +159,15 @@ private:
 
   std::string layer_, target_, manifest_;
   int64_t keyDim_ = 0, valueDim_ = 0;
+  bool normalizer_ = false;
   std::vector<ArgumentInfo> arguments_;
   std::vector<ArgumentInfo> inputs_, params_;
   void *library_ = nullptr;
   void *forward_ = nullptr;
+  void *decode_ = nullptr;
+  int64_t maxDecodeTokens_ = 0;
+  /// Validates pool indices against `poolSlots`; returns a head's state size.
+  size_t checkPool(int64_t poolSlots, const std::vector<int64_t> &indices) const;
   std::vector<CudaKernel> kernels_;            ///< fastest first
   std::unique_ptr<cuda::ModuleCache> modules_; ///< the cubin, per context
 };

@@ -98,6 +98,37 @@ const char *linac_package_target(const linac_package *package);
 linac_status linac_forward_host(linac_package *package,
                                 const linac_forward_args *args);
 
+/* A decode step on host buffers: args->tensors are inputs [B, n, H, ...]
+ * (n new tokens per sequence, 1 to the package's maximum, 8) and
+ * parameters; each sequence's state is read from and written back to the
+ * pool slot state_indices[b] (-1 skips the sequence). */
+typedef struct linac_decode_args {
+  const linac_host_tensor *tensors;
+  size_t num_tensors;
+  float *state_pool;          /* [P, H, K, V], or [P, H, K, V + 1] with a
+                                 normaliser (its last column) */
+  const int64_t *pool_shape;  /* 4 entries */
+  const int64_t *state_indices; /* B entries, each slot at most once */
+  size_t num_sequences;       /* B */
+  float *output;              /* [B, n, H, V] */
+  float scale;                /* 0 for the default, K^-1/2 */
+} linac_decode_args;
+
+linac_status linac_decode_host(linac_package *package,
+                               const linac_decode_args *args);
+
+/* Between a pool [P, H, K, C] and the forward pass's states [N, H, K, C]
+ * (C = V, or V + 1 with a normaliser): state n is pool slot indices[n];
+ * entries of -1 are skipped. */
+linac_status linac_states_from_pool(const linac_package *package,
+                                    const float *pool, int64_t pool_slots,
+                                    int64_t heads, const int64_t *indices,
+                                    size_t count, float *states);
+linac_status linac_states_to_pool(const linac_package *package,
+                                  const float *states, int64_t heads,
+                                  const int64_t *indices, size_t count,
+                                  float *pool, int64_t pool_slots);
+
 /* Enqueues a CUDA package's forward pass on args->stream in the calling
  * thread's current context (device 0's primary context if it has none),
  * with the package's first kernel for args->dtype. Returns without

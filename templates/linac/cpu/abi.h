@@ -1,8 +1,8 @@
 /*===- abi.h - the calling convention of CPU layer packages -------*- C -*-===*
  *
- * A CPU package's shared object exports `linac_cpu_forward` with this
- * signature. The runtime validates every argument before the call; the
- * kernel trusts them.
+ * A CPU package's shared object exports `linac_cpu_forward` (prefill) and
+ * `linac_cpu_decode` with these signatures. The runtime validates every
+ * argument before the call; the kernel trusts them.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CPU_ABI_VERSION 1
+#define LINAC_CPU_ABI_VERSION 2
 
 typedef struct linac_cpu_forward_args {
   int64_t num_seqs;
@@ -25,13 +25,33 @@ typedef struct linac_cpu_forward_args {
   const int64_t *input_heads;
   const float *const *params; /* in manifest order, [heads, ...] */
   const int64_t *param_heads;
-  const float *initial_state; /* [N, H, K, V], or NULL for zeros */
-  float *final_state;         /* [N, H, K, V], or NULL */
+  /* States are [N, H, K, V], or [N, H, K, V + 1] with the normaliser as
+   * the last column when the layer has one. */
+  const float *initial_state; /* or NULL for zeros */
+  float *final_state;         /* or NULL */
   float *output;              /* [tokens, H, V] */
   float scale;                /* the read's scale unless the spec fixes it */
 } linac_cpu_forward_args;
 
+/* A few new tokens for each of B sequences whose states live in a pool
+ * [P, H, K, V] (key-major: S[k][v] at k * V + v; [P, H, K, V + 1] with a
+ * normaliser), addressed per sequence. */
+typedef struct linac_cpu_decode_args {
+  int64_t num_seqs;           /* B */
+  int64_t tokens;             /* new tokens per sequence */
+  int64_t num_heads;          /* H */
+  const float *const *inputs; /* in manifest order, [B * tokens, heads, ...] */
+  const int64_t *input_heads;
+  const float *const *params; /* in manifest order, [heads, ...] */
+  const int64_t *param_heads;
+  float *state_pool;          /* read and written in place */
+  const int64_t *state_indices; /* [B]: each sequence's pool slot, -1 skips */
+  float *output;              /* [B * tokens, H, V]; skipped rows untouched */
+  float scale;
+} linac_cpu_decode_args;
+
 typedef int (*linac_cpu_forward_fn)(const linac_cpu_forward_args *args);
+typedef int (*linac_cpu_decode_fn)(const linac_cpu_decode_args *args);
 typedef int (*linac_cpu_abi_version_fn)(void);
 
 #ifdef __cplusplus

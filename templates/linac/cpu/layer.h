@@ -23,9 +23,10 @@
 
 namespace linac::cpu {
 
-/// One token of one head: where its inputs and parameters are.
-template <typename Layer> struct Token {
-  const linac_cpu_forward_args &args;
+/// One token of one head: where its inputs and parameters are, in the
+/// arguments of a forward pass or of a decode step.
+template <typename Layer, typename Args = linac_cpu_forward_args> struct Token {
+  const Args &args;
   int64_t token;
   int64_t head;
 
@@ -44,24 +45,18 @@ template <typename Layer> struct Token {
   }
 };
 
-/// The state of one head: S (K x V) and, with a normaliser, n as column V.
+/// The state of one head: S (K x V) and, with a normaliser, n as column V,
+/// in memory as in the tensors the runtime passes ([K, V] or [K, V + 1]).
 template <int K, int V, bool Normalized> struct State {
   static constexpr int kColumns = V + (Normalized ? 1 : 0);
-  std::vector<float> s = std::vector<float>(size_t(K) * kColumns, 0.0f);
+  static constexpr size_t kSize = size_t(K) * kColumns;
+  std::vector<float> s = std::vector<float>(kSize, 0.0f);
 
   float &at(int i, int j) { return s[size_t(i) * kColumns + j]; }
   float at(int i, int j) const { return s[size_t(i) * kColumns + j]; }
 
-  void load(const float *p) {
-    for (int i = 0; i < K; ++i)
-      for (int j = 0; j < V; ++j)
-        at(i, j) = p[size_t(i) * V + j];
-  }
-  void store(float *p) const {
-    for (int i = 0; i < K; ++i)
-      for (int j = 0; j < V; ++j)
-        p[size_t(i) * V + j] = at(i, j);
-  }
+  void load(const float *p) { std::copy(p, p + kSize, s.begin()); }
+  void store(float *p) const { std::copy(s.begin(), s.end(), p); }
 
   void decay(const Vec<K> &gk, const Vec<V> &gv) {
     for (int i = 0; i < K; ++i)
@@ -135,9 +130,18 @@ Vec<V + (Normalized ? 1 : 0)> appendNormalizer(const Vec<V> &u, float weight) {
   return out;
 }
 
-template <typename Layer>
-float readScale(const linac_cpu_forward_args &args) {
+template <typename Layer, typename Args> float readScale(const Args &args) {
   return Layer::kFixedScale > 0 ? Layer::kFixedScale : args.scale;
+}
+
+/// Runs the step over tokens [begin, end) of one head from `state`.
+template <typename Layer, typename Args>
+void stepThrough(const Args &args, int64_t begin, int64_t end, int64_t head,
+                 State<Layer::K, Layer::V, Layer::kNormalizer> &state) {
+  float scale = readScale<Layer>(args);
+  for (int64_t t = begin; t < end; ++t)
+    Layer::step(Token<Layer, Args>{args, t, head}, state, scale,
+                args.output + (t * args.num_heads + head) * Layer::V);
 }
 
 /// The recurrent scan: the step, token by token.
@@ -146,15 +150,11 @@ void scanSequence(const linac_cpu_forward_args &args, int64_t seq,
                   int64_t head) {
   constexpr int K = Layer::K, V = Layer::V;
   State<K, V, Layer::kNormalizer> state;
-  size_t stateOffset = size_t(seq * args.num_heads + head) * K * V;
+  size_t stateOffset = size_t(seq * args.num_heads + head) * state.kSize;
   if (args.initial_state)
     state.load(args.initial_state + stateOffset);
-  float scale = readScale<Layer>(args);
-  for (int64_t t = args.cu_seqlens[seq]; t < args.cu_seqlens[seq + 1]; ++t) {
-    Token<Layer> token{args, t, head};
-    Layer::step(token, state, scale,
-                args.output + (t * args.num_heads + head) * V);
-  }
+  stepThrough<Layer>(args, args.cu_seqlens[seq], args.cu_seqlens[seq + 1],
+                     head, state);
   if (args.final_state)
     state.store(args.final_state + stateOffset);
 }
@@ -170,7 +170,7 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
   constexpr bool N = Layer::kNormalizer;
   constexpr int U = V + (N ? 1 : 0);
   State<K, V, N> state;
-  size_t stateOffset = size_t(seq * args.num_heads + head) * K * V;
+  size_t stateOffset = size_t(seq * args.num_heads + head) * state.kSize;
   if (args.initial_state)
     state.load(args.initial_state + stateOffset);
   float scale = readScale<Layer>(args);
@@ -276,6 +276,26 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
   }
   if (args.final_state)
     state.store(args.final_state + stateOffset);
+}
+
+/// Decode: each sequence's few new tokens from and back to its pool slot.
+template <typename Layer> int decode(const linac_cpu_decode_args &args) {
+  constexpr int K = Layer::K, V = Layer::V;
+  for (int64_t seq = 0; seq < args.num_seqs; ++seq) {
+    int64_t slot = args.state_indices[seq];
+    if (slot < 0)
+      continue;
+    for (int64_t head = 0; head < args.num_heads; ++head) {
+      State<K, V, Layer::kNormalizer> state;
+      float *pooled =
+          args.state_pool + size_t(slot * args.num_heads + head) * state.kSize;
+      state.load(pooled);
+      stepThrough<Layer>(args, seq * args.tokens, (seq + 1) * args.tokens,
+                         head, state);
+      state.store(pooled);
+    }
+  }
+  return 0;
 }
 
 template <typename Layer> int forward(const linac_cpu_forward_args &args) {

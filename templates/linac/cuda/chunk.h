@@ -298,11 +298,12 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   const bool stateWarp = warp < K / 16;
   const int stateRow = warp * 16;
   float state[ValueTiles][4];
+  constexpr int Columns = stateColumns<Layer>();
   for (int n = 0; n < ValueTiles; ++n)
     for (int r = 0; r < 4; ++r) {
       int row = stateRow + accRow(r), col = n * 8 + accCol(r);
-      state[n][r] = stateWarp && args.initial_state && col < V
-                        ? args.initial_state[stateOffset + row * V + col]
+      state[n][r] = stateWarp && args.initial_state && col < Columns
+                        ? args.initial_state[stateOffset + row * Columns + col]
                         : 0.0f;
     }
   auto publishState = [&] {
@@ -630,8 +631,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     for (int n = 0; n < ValueTiles; ++n)
       for (int r = 0; r < 4; ++r) {
         int row = stateRow + accRow(r), col = n * 8 + accCol(r);
-        if (col < V)
-          args.final_state[stateOffset + row * V + col] = state[n][r];
+        if (col < Columns)
+          args.final_state[stateOffset + row * Columns + col] = state[n][r];
       }
 }
 

@@ -21,16 +21,19 @@ template <int K, int V, bool Normalized> struct ScanState {
 
   LINAC_DEVICE static int column() { return threadIdx.x; }
 
+  /// Columns in memory: the normaliser, when kept, is the last.
+  static constexpr int kColumns = V + (Normalized ? 1 : 0);
+
   LINAC_DEVICE void load(const float *p) {
     int j = column();
     for (int i = 0; i < K; ++i)
-      s[i] = p && j < V ? p[i * V + j] : 0.0f;
+      s[i] = p && j < kColumns ? p[i * kColumns + j] : 0.0f;
   }
   LINAC_DEVICE void store(float *p) const {
     int j = column();
-    if (j < V)
+    if (j < kColumns)
       for (int i = 0; i < K; ++i)
-        p[i * V + j] = s[i];
+        p[i * kColumns + j] = s[i];
   }
   LINAC_DEVICE void decay(const FullVec<K> &gk, const ColumnVec<V> &gv) {
     float g = column() < V ? gv.x[0] : 0.0f;

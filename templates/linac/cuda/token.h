@@ -45,11 +45,17 @@ LINAC_DEVICE float readScale(const linac_cuda_forward_args &args) {
   return Layer::kFixedScale > 0 ? Layer::kFixedScale : args.scale;
 }
 
-/// Offset of (sequence, head)'s K x V state in [N, H, K, V].
+/// Columns of a state in memory: the normaliser, when kept, is the last.
+template <typename Layer> LINAC_HOST_DEVICE constexpr int stateColumns() {
+  return Layer::V + (Layer::kNormalizer ? 1 : 0);
+}
+
+/// Offset of (sequence, head)'s state in [N, H, K, stateColumns].
 template <typename Layer>
 LINAC_DEVICE int64_t stateOffset(const linac_cuda_forward_args &args,
                                  int64_t seq, int head) {
-  return (seq * args.num_heads + head) * int64_t(Layer::K) * Layer::V;
+  return (seq * args.num_heads + head) * int64_t(Layer::K) *
+         stateColumns<Layer>();
 }
 
 } // namespace linac::cuda

@@ -64,6 +64,11 @@ static cl::opt<std::string> outputsDir("outputs", cl::desc("Where o.npy and fina
                                        cl::Required, cl::sub(runCommand));
 static cl::opt<float> runScale("scale", cl::desc("Read scale (default K^-1/2)"),
                                cl::init(0.0f), cl::sub(runCommand));
+static cl::opt<bool> runDecode(
+    "decode",
+    cl::desc("A decode step: inputs [B, n, H, ...], state_pool.npy and "
+             "state_indices.npy in; o.npy and the updated state_pool.npy out"),
+    cl::sub(runCommand));
 
 static cl::SubCommand describeCommand("describe", "Print a package's arguments");
 static cl::opt<std::string> describePackage(cl::Positional, cl::desc("<NAME.linac>"),
@@ -428,6 +433,39 @@ static int describe() {
   return 0;
 }
 
+/// `linac run --decode`: one decode step on the pool in the inputs folder.
+static int decodeStep(const linac::Package &package,
+                      const std::map<std::string, linac::HostTensor> &tensors,
+                      llvm::function_ref<std::string(StringRef)> path) {
+  for (StringRef name : {"state_pool", "state_indices"})
+    if (!fs::exists(path(name)))
+      return fail(fmt::format("decode needs {}", path(name)));
+  linac::NpyArray poolArray = linac::readNpy(path("state_pool"));
+  std::vector<float> pool = poolArray.toFloat();
+  linac::DecodeRequest request;
+  request.tensors = tensors;
+  request.statePool = pool.data();
+  request.poolShape = poolArray.shape;
+  request.stateIndices = linac::readNpy(path("state_indices")).toInt64();
+  request.scale = runScale;
+  linac::ForwardRequest shapes;
+  shapes.tensors = tensors;
+  linac::ForwardShape shape = package.check(shapes);
+  // Rows of skipped sequences stay zero.
+  std::vector<float> output(shape.batch * shape.tokens * shape.heads *
+                            package.valueDim());
+  request.output = output.data();
+  package.decode(request);
+  fs::create_directories(outputsDir);
+  linac::writeNpy(outputsDir + "/o.npy",
+                  linac::makeFloat32({shape.batch, shape.tokens, shape.heads,
+                                      package.valueDim()},
+                                     output));
+  linac::writeNpy(outputsDir + "/state_pool.npy",
+                  linac::makeFloat32(poolArray.shape, pool));
+  return 0;
+}
+
 static int run() {
   try {
     auto package = linac::Package::open(runPackage);
@@ -446,6 +484,8 @@ static int run() {
       storage.push_back(array.toFloat());
       request.tensors[arg.name] = {storage.back().data(), array.shape};
     }
+    if (runDecode)
+      return decodeStep(*package, request.tensors, path);
     if (fs::exists(path("cu_seqlens")))
       request.cuSeqlens = linac::readNpy(path("cu_seqlens")).toInt64();
     request.scale = runScale;

@@ -387,6 +387,28 @@ ForwardShape Package::check(const DeviceForwardRequest &request) const {
   return shape;
 }
 
+/// A validated request's host tensors in manifest order, as the CPU ABI
+/// takes them.
+struct HostArguments {
+  std::vector<const float *> inputs, params;
+  std::vector<int64_t> inputHeads, paramHeads;
+
+  HostArguments(const std::map<std::string, HostTensor> &tensors,
+                const std::vector<ArgumentInfo> &inputInfos,
+                const std::vector<ArgumentInfo> &paramInfos) {
+    for (const ArgumentInfo &arg : inputInfos) {
+      const HostTensor &t = tensors.at(arg.name);
+      inputs.push_back(t.data);
+      inputHeads.push_back(t.shape[2]);
+    }
+    for (const ArgumentInfo &arg : paramInfos) {
+      const HostTensor &t = tensors.at(arg.name);
+      params.push_back(t.data);
+      paramHeads.push_back(t.shape[0]);
+    }
+  }
+};
+
 void Package::forward(const ForwardRequest &request) const {
   requireTarget(/*device=*/false);
   ForwardShape shape = check(request);
@@ -397,26 +419,15 @@ void Package::forward(const ForwardRequest &request) const {
     for (int64_t b = 0; b <= shape.batch; ++b)
       cu.push_back(b * shape.tokens);
 
-  std::vector<const float *> inputs, params;
-  std::vector<int64_t> inputHeads, paramHeads;
-  for (const ArgumentInfo &arg : inputs_) {
-    const HostTensor &t = request.tensors.at(arg.name);
-    inputs.push_back(t.data);
-    inputHeads.push_back(t.shape[2]);
-  }
-  for (const ArgumentInfo &arg : params_) {
-    const HostTensor &t = request.tensors.at(arg.name);
-    params.push_back(t.data);
-    paramHeads.push_back(t.shape[0]);
-  }
+  HostArguments host(request.tensors, inputs_, params_);
   linac_cpu_forward_args args{};
   args.num_seqs = shape.sequences;
   args.cu_seqlens = cu.data();
   args.num_heads = shape.heads;
-  args.inputs = inputs.data();
-  args.input_heads = inputHeads.data();
-  args.params = params.data();
-  args.param_heads = paramHeads.data();
+  args.inputs = host.inputs.data();
+  args.input_heads = host.inputHeads.data();
+  args.params = host.params.data();
+  args.param_heads = host.paramHeads.data();
   args.initial_state = request.initialState;
   args.final_state = request.finalState;
   args.output = request.output;
@@ -478,26 +489,15 @@ void Package::decode(const DecodeRequest &request) const {
   if (!request.output)
     throw argumentError("no output buffer");
 
-  std::vector<const float *> inputs, params;
-  std::vector<int64_t> inputHeads, paramHeads;
-  for (const ArgumentInfo &arg : inputs_) {
-    const HostTensor &t = request.tensors.at(arg.name);
-    inputs.push_back(t.data);
-    inputHeads.push_back(t.shape[2]);
-  }
-  for (const ArgumentInfo &arg : params_) {
-    const HostTensor &t = request.tensors.at(arg.name);
-    params.push_back(t.data);
-    paramHeads.push_back(t.shape[0]);
-  }
+  HostArguments host(request.tensors, inputs_, params_);
   linac_cpu_decode_args args{};
   args.num_seqs = shape.batch;
   args.tokens = shape.tokens;
   args.num_heads = shape.heads;
-  args.inputs = inputs.data();
-  args.input_heads = inputHeads.data();
-  args.params = params.data();
-  args.param_heads = paramHeads.data();
+  args.inputs = host.inputs.data();
+  args.input_heads = host.inputHeads.data();
+  args.params = host.params.data();
+  args.param_heads = host.paramHeads.data();
   args.state_pool = request.statePool;
   args.state_indices = request.stateIndices.data();
   args.output = request.output;

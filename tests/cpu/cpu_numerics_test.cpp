@@ -25,15 +25,6 @@ void check(const fs::path &spec, Dims dims, const Case &c) {
   EXPECT_LE(outcome.stateError, 1e-5);
 }
 
-std::vector<fs::path> specs() {
-  std::vector<fs::path> all;
-  for (const char *dir : {LINAC_EXAMPLES_DIR, LINAC_EXTRA_SPECS_DIR})
-    for (const auto &entry : fs::directory_iterator(dir))
-      if (entry.path().extension() == ".mlir")
-        all.push_back(entry.path());
-  std::sort(all.begin(), all.end());
-  return all;
-}
 
 class CpuNumerics : public testing::TestWithParam<fs::path> {};
 
@@ -89,7 +80,7 @@ TEST_P(CpuNumerics, ZeroKeysAndGates) {
   check(GetParam(), {64, 64}, c);
 }
 
-INSTANTIATE_TEST_SUITE_P(Specs, CpuNumerics, testing::ValuesIn(specs()),
+INSTANTIATE_TEST_SUITE_P(Specs, CpuNumerics, testing::ValuesIn(testSpecs()),
                          [](const testing::TestParamInfo<fs::path> &info) {
                            return info.param.stem().string();
                          });

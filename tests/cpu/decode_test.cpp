@@ -25,15 +25,6 @@ constexpr Dims kDims{16, 16};
 
 fs::path workDir() { return fs::path(testing::TempDir()) / "linac-decode"; }
 
-std::vector<fs::path> specs() {
-  std::vector<fs::path> all;
-  for (const char *dir : {LINAC_EXAMPLES_DIR, LINAC_EXTRA_SPECS_DIR})
-    for (const auto &entry : fs::directory_iterator(dir))
-      if (entry.path().extension() == ".mlir")
-        all.push_back(entry.path());
-  std::sort(all.begin(), all.end());
-  return all;
-}
 
 /// ||got - want|| / ||want|| over rows [first, first + count) of `size`.
 double rowsError(const std::vector<float> &got, const std::vector<double> &want,
@@ -186,7 +177,7 @@ TEST_P(Decode, PrefillThenDecodeIsOnePrefill) {
             1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Specs, Decode, testing::ValuesIn(specs()),
+INSTANTIATE_TEST_SUITE_P(Specs, Decode, testing::ValuesIn(testSpecs()),
                          [](const testing::TestParamInfo<fs::path> &info) {
                            return info.param.stem().string();
                          });

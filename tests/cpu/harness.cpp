@@ -2,6 +2,7 @@
 
 #include "harness.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -77,6 +78,16 @@ Outcome run(const Package &package, Dims dims, const Case &c) {
   Outcome outcome = compare(problem, output, finalState);
   outcome.milliseconds = milliseconds;
   return outcome;
+}
+
+std::vector<fs::path> testSpecs() {
+  std::vector<fs::path> all;
+  for (const char *dir : {LINAC_EXAMPLES_DIR, LINAC_EXTRA_SPECS_DIR})
+    for (const auto &entry : fs::directory_iterator(dir))
+      if (entry.path().extension() == ".mlir")
+        all.push_back(entry.path());
+  std::sort(all.begin(), all.end());
+  return all;
 }
 
 } // namespace linac::harness

@@ -25,6 +25,9 @@ std::shared_ptr<Package> compiled(const std::filesystem::path &spec, Dims dims,
 
 Outcome run(const Package &package, Dims dims, const Case &c);
 
+/// The examples and the extra specs the CPU tests run, sorted.
+std::vector<std::filesystem::path> testSpecs();
+
 } // namespace linac::harness
 
 #endif // LINAC_TESTS_CPU_HARNESS_H

@@ -454,34 +454,17 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
              "float scale, Out *out)") +
          "};\n};\n\n} // namespace\n\n";
   if (!recurrent)
-    out += fmt::format("static_assert(linac::cuda::chunkSharedBytes<Layer>() "
-                       "== {}, \"the manifest's shared memory\");\n"
-                       "LINAC_CHUNK_KERNELS(Layer)\n"
-                       "LINAC_SCAN_KERNEL_FLOAT32(Layer)\n",
-                       chunkSharedBytes(layer));
+    out += fmt::format(
+        "static_assert(linac::cuda::chunkSharedBytes<Layer>() == {}, "
+        "\"the plan's shared memory\");\n"
+        "LINAC_CHUNK_KERNELS(Layer)\n"
+        "LINAC_SCAN_KERNEL_FLOAT32(Layer)\n",
+        layer->getAttrOfType<DictionaryAttr>(kPlanAttr)
+            .getAs<IntegerAttr>("shared_memory")
+            .getInt());
   else
     out += "LINAC_SCAN_KERNELS(Layer)\n";
   if (emitter.failed)
     return failure();
   return out;
-}
-
-int64_t linac::chunkSharedBytes(LayerOp layer) {
-  NormalForm form = deriveNormalForm(layer);
-  StateType state = layer.getStateType();
-  auto plan = layer->getAttrOfType<DictionaryAttr>(kPlanAttr);
-  // The layout of ChunkLayout in templates/linac/cuda/chunk.h.
-  int64_t c = plan.getAs<IntegerAttr>("chunk_size").getInt();
-  int64_t u = state.getValueDim() + (state.getNormalized() ? 8 : 0);
-  int64_t ks = state.getKeyDim() + 8, cs = c + 8, us = u + 4, as = c + 4;
-  bool erase = form.erase != StrengthKind::None;
-  int64_t keyRows = erase ? 3 : 2;
-  int64_t inputElements = 0;
-  for (BlockArgument input : layer.getInputs())
-    inputElements += elementsOf(input.getType());
-  int64_t stagePerWarp = (2 * inputElements + 15) / 16 * 16;
-  return 2 * c * ks * keyRows + 2 * u * ks + 2 * u * cs + 4 * c * us +
-         4 * c * as * (erase ? 2 : 1) +
-         4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1) +
-         8 * stagePerWarp;
 }

@@ -5,6 +5,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
+#include "llvm/Support/FormatVariadic.h"
 
 namespace linac {
 #define GEN_PASS_DEF_LINACNORMALIZE
@@ -56,6 +57,34 @@ struct NormalizePass : public linac::impl::LinacNormalizeBase<NormalizePass> {
   }
 };
 
+/// Dynamic shared memory of the chunkwise CUDA kernel: the layout of
+/// ChunkLayout in templates/linac/cuda/chunk.h, which the generated source
+/// checks against this number.
+int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
+                         int64_t chunkSize) {
+  StateType state = layer.getStateType();
+  int64_t c = chunkSize;
+  int64_t u = state.getValueDim() + (state.getNormalized() ? 8 : 0);
+  int64_t ks = state.getKeyDim() + 8, cs = c + 8, us = u + 4, as = c + 4;
+  bool erase = form.erase != StrengthKind::None;
+  int64_t inputElements = 0;
+  for (BlockArgument input : layer.getInputs()) {
+    auto tensor = dyn_cast<RankedTensorType>(input.getType());
+    inputElements += tensor ? tensor.getNumElements() : 1;
+  }
+  // Each of the 8 warps stages one token's 16-bit inputs.
+  int64_t stagePerWarp = (2 * inputElements + 15) / 16 * 16;
+  return 2 * c * ks * (erase ? 3 : 2) + 2 * u * ks + 2 * u * cs + 4 * c * us +
+         4 * c * as * (erase ? 2 : 1) +
+         4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1) +
+         8 * stagePerWarp;
+}
+
+/// The most dynamic shared memory one block may have.
+int64_t sharedMemoryLimit(StringRef target) {
+  return target == "sm_90a" ? 227 * 1024 : 163 * 1024;
+}
+
 struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
   using LinacPlanBase::LinacPlanBase;
 
@@ -83,13 +112,21 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       // Why a chunkable body still runs as a scan on GPUs: the chunkwise
       // kernel keeps a head's whole state in one block's registers and
       // takes gate factors on the key side only.
-      StringRef scanReason;
+      constexpr int64_t kChunkSize = 64;
+      std::string scanReason;
+      int64_t sharedBytes = 0;
       if (gpu && form.chunkable) {
+        sharedBytes = chunkSharedBytes(layer, form, kChunkSize);
         if (form.valueDecay)
           scanReason = "value-side decay";
         else if (state.getKeyDim() % 16 || valueDim % 16 ||
                  state.getKeyDim() > 128 || valueDim > 128)
           scanReason = "dimensions not multiples of 16 up to 128";
+        else if (sharedBytes > sharedMemoryLimit(target))
+          scanReason = llvm::formatv("the chunk's {0} bytes exceed {1}'s {2} "
+                                     "of shared memory",
+                                     sharedBytes, target,
+                                     sharedMemoryLimit(target));
       }
       if (!form.chunkable || !scanReason.empty()) {
         add("family", b.getStringAttr("recurrent"));
@@ -107,7 +144,7 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       add("family", b.getStringAttr(form.erase == StrengthKind::None
                                         ? "chunkwise"
                                         : "delta_chunkwise"));
-      add("chunk_size", b.getI64IntegerAttr(64));
+      add("chunk_size", b.getI64IntegerAttr(kChunkSize));
       // A scalar log-gate difference is safe to exponentiate on the whole
       // tile; per-channel gates need per-pair differences (the CPU) or
       // sub-chunks with a local reference point (GPUs).
@@ -123,8 +160,10 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
         add("subchunk_size", b.getI64IntegerAttr(16));
       // One program per (sequence, head): eight warps, the state in their
       // registers.
-      if (gpu)
+      if (gpu) {
         add("block_threads", b.getI64IntegerAttr(256));
+        add("shared_memory", b.getI64IntegerAttr(sharedBytes));
+      }
       add("grid", b.getStringAttr("heads,sequences"));
       layer->setAttr(kPlanAttr, b.getDictionaryAttr(plan));
     });

@@ -12,7 +12,7 @@
 
 // On GPUs a key-vector gate is handled in sub-chunks of 16.
 // SM90: linac.layer @vector_gate
-// SM90-SAME: linac.plan = {block_threads = 256 : i64, chunk_size = 64 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "heads,sequences", subchunk_size = 16 : i64, target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 256 : i64, chunk_size = 64 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "heads,sequences", shared_memory = 103040 : i64, subchunk_size = 16 : i64, target = "sm_90a"}
 // SM80: linac.layer @vector_gate
 // SM80-SAME: target = "sm_80"
 linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : !key, %b : f32) {
@@ -49,4 +49,23 @@ linac.layer @odd_dims(%S : !linac.state<24x40>) inputs(%q : tensor<24xf32, #lina
   %S1 = linac.write %S, %k, %v : !linac.state<24x40>, tensor<24xf32, #linac.key>, tensor<40xf32, #linac.value>
   %o = linac.read %S1, %q : !linac.state<24x40>, tensor<24xf32, #linac.key> -> tensor<40xf32, #linac.value>
   linac.yield %S1, %o : !linac.state<24x40>, tensor<40xf32, #linac.value>
+}
+
+// The chunkwise kernel's working set must fit the target's shared memory:
+// K = V = 128 with an erase and a key-vector gate fits sm_90a's 227 KiB but
+// not sm_80's 163 KiB, where it runs as the scan.
+// SM90: linac.layer @large_delta
+// SM90-SAME: family = "delta_chunkwise"
+// SM90-SAME: shared_memory = 217216 : i64
+// SM80: linac.layer @large_delta
+// SM80-SAME: linac.plan = {block_threads = 128 : i64, family = "recurrent", grid = "heads,sequences", recurrent_reason = "the chunk's 217216 bytes exceed sm_80's 166912 of shared memory", target = "sm_80"}
+linac.layer @large_delta(%S : !linac.state<128x128>)
+    inputs(%q : tensor<128xf32, #linac.key>, %k : tensor<128xf32, #linac.key>,
+           %v : tensor<128xf32, #linac.value>, %g : tensor<128xf32, #linac.key>,
+           %b : f32) {
+  %S1 = linac.decay %S key(%g : tensor<128xf32, #linac.key>) : !linac.state<128x128>
+  %S2 = linac.erase %S1, %k strength(%b : f32) : !linac.state<128x128>, tensor<128xf32, #linac.key>
+  %S3 = linac.write %S2, %k, %v strength(%b : f32) : !linac.state<128x128>, tensor<128xf32, #linac.key>, tensor<128xf32, #linac.value>
+  %o = linac.read %S3, %q : !linac.state<128x128>, tensor<128xf32, #linac.key> -> tensor<128xf32, #linac.value>
+  linac.yield %S3, %o : !linac.state<128x128>, tensor<128xf32, #linac.value>
 }

@@ -281,7 +281,7 @@ static llvm::json::Array kernelList(linac::LayerOp layer, StringRef file) {
   if (!recurrent)
     for (StringRef dtype : {"bfloat16", "float16"})
       add("chunk", dtype, plan.getAs<IntegerAttr>("block_threads").getInt(),
-          linac::chunkSharedBytes(layer));
+          plan.getAs<IntegerAttr>("shared_memory").getInt());
   int64_t scanThreads =
       recurrent ? plan.getAs<IntegerAttr>("block_threads").getInt()
                 : (layer.getStateType().getValueDim() +

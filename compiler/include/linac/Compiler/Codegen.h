@@ -22,10 +22,6 @@ mlir::FailureOr<std::string> emitCpuSource(LayerOp layer);
 /// is recurrent) and the recurrent scan, one entry per activation dtype.
 mlir::FailureOr<std::string> emitCudaSource(LayerOp layer);
 
-/// Dynamic shared memory of the chunkwise CUDA kernel for `layer`; the
-/// generated source checks it against the template's layout.
-int64_t chunkSharedBytes(LayerOp layer);
-
 /// The step as a JSON program (values, ops, yield) that the fp64 reference
 /// interprets token by token.
 llvm::json::Object emitStepProgram(LayerOp layer);

@@ -123,31 +123,43 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
                                      std::to_string(LINAC_CUDA_MAX_ARGUMENTS) +
                                      " inputs or parameters");
       std::string cubin;
-      for (const nlohmann::json &kernel : manifest.at("kernels")) {
-        std::string entry = kernel.at("entry").get<std::string>();
-        std::string file = kernel.at("file").get<std::string>();
-        std::optional<DType> dtype =
-            parseDType(kernel.at("dtype").get<std::string>());
-        int64_t blockThreads = kernel.at("block_threads").get<int64_t>();
-        int64_t sharedMemory = kernel.at("shared_memory").get<int64_t>();
-        if (!dtype)
-          throw packageError(path, "kernel '" + entry + "' has dtype " +
-                                       kernel.at("dtype").dump() +
-                                       "; expected float32, bfloat16 or "
-                                       "float16");
-        if (blockThreads <= 0 || blockThreads > 1024 || sharedMemory < 0 ||
-            sharedMemory > INT32_MAX)
-          throw packageError(path, "kernel '" + entry +
-                                       "' has an impossible launch shape");
-        if (cubin.empty())
-          cubin = file;
-        else if (file != cubin)
-          throw packageError(path, "kernel '" + entry + "' is in '" + file +
-                                       "', not in the package's cubin '" +
-                                       cubin + "'");
-        package->kernels_.push_back(
-            {entry, *dtype, unsigned(blockThreads), unsigned(sharedMemory)});
-      }
+      auto kernelsOf = [&](const nlohmann::json &list) {
+        std::vector<CudaKernel> kernels;
+        for (const nlohmann::json &kernel : list) {
+          std::string entry = kernel.at("entry").get<std::string>();
+          std::string file = kernel.at("file").get<std::string>();
+          std::optional<DType> dtype =
+              parseDType(kernel.at("dtype").get<std::string>());
+          int64_t blockThreads = kernel.at("block_threads").get<int64_t>();
+          int64_t sharedMemory = kernel.at("shared_memory").get<int64_t>();
+          if (!dtype)
+            throw packageError(path, "kernel '" + entry + "' has dtype " +
+                                         kernel.at("dtype").dump() +
+                                         "; expected float32, bfloat16 or "
+                                         "float16");
+          if (blockThreads <= 0 || blockThreads > 1024 || sharedMemory < 0 ||
+              sharedMemory > INT32_MAX)
+            throw packageError(path, "kernel '" + entry +
+                                         "' has an impossible launch shape");
+          if (cubin.empty())
+            cubin = file;
+          else if (file != cubin)
+            throw packageError(path, "kernel '" + entry + "' is in '" + file +
+                                         "', not in the package's cubin '" +
+                                         cubin + "'");
+          kernels.push_back(
+              {entry, *dtype, unsigned(blockThreads), unsigned(sharedMemory)});
+        }
+        return kernels;
+      };
+      package->kernels_ = kernelsOf(manifest.at("kernels"));
+      const nlohmann::json &decode = manifest.at("decode");
+      package->decodeKernels_ = kernelsOf(decode.at("kernels"));
+      package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
+      if (decode.at("state_layout").get<std::string>() != "key_major")
+        throw packageError(path, "decode state layout " +
+                                     decode.at("state_layout").dump() +
+                                     " is not key_major");
       if (package->kernels_.empty())
         throw packageError(path, "manifest lists no kernels");
       package->modules_ =
@@ -197,19 +209,20 @@ Package::~Package() {
 void Package::requireTarget(bool device) const {
   if (device && !runsOnDevice())
     throw argumentError("package for target '" + target_ +
-                        "' runs on the host; call the host forward pass");
+                        "' runs on the host; call the host entry points");
   if (!device && runsOnDevice())
     throw argumentError("package for target '" + target_ +
-                        "' runs on a CUDA device; call the device forward "
-                        "pass");
+                        "' runs on a CUDA device; call the device entry "
+                        "points");
 }
 
-const Package::CudaKernel &Package::kernelFor(DType dtype) const {
+const Package::CudaKernel &
+Package::kernelFor(DType dtype, const std::vector<CudaKernel> &kernels) const {
   if (!dtypeName(dtype))
     throw argumentError("unknown dtype " + std::to_string(int(dtype)) +
                         "; expected float32 (0), bfloat16 (1) or float16 (2)");
   std::vector<DType> available;
-  for (const CudaKernel &kernel : kernels_) {
+  for (const CudaKernel &kernel : kernels) {
     if (kernel.dtype == dtype)
       return kernel;
     if (std::find(available.begin(), available.end(), kernel.dtype) ==
@@ -364,15 +377,11 @@ ForwardShape Package::check(const ForwardRequest &request) const {
 ForwardShape Package::check(const DeviceForwardRequest &request) const {
   requireTarget(/*device=*/true);
   // Refuses a dtype outside the enum or one the package has no kernel for.
-  kernelFor(request.dtype);
+  kernelFor(request.dtype, kernels_);
   ForwardShape shape =
       checkShapes(shapesOf(request.tensors), request.cuSeqlens, request.scale);
+  checkDevicePointers(request.tensors, request.dtype);
   size_t elementSize = sizeOf(request.dtype);
-  for (const ArgumentInfo &arg : inputs_)
-    checkPointer(request.tensors.at(arg.name).data, elementSize, describe(arg));
-  for (const ArgumentInfo &arg : params_)
-    checkPointer(request.tensors.at(arg.name).data, sizeof(float),
-                 describe(arg));
   if (!request.output)
     throw argumentError("no output buffer");
   checkPointer(request.output, elementSize, "output");
@@ -457,34 +466,38 @@ size_t Package::checkPool(int64_t poolSlots,
   return size_t(keyDim_) * stateColumns();
 }
 
-void Package::decode(const DecodeRequest &request) const {
-  requireTarget(/*device=*/false);
-  if (!decode_)
-    throw argumentError("package for target '" + target_ +
-                        "' has no host decode entry");
-  ForwardShape shape = checkShapes(shapesOf(request.tensors), {}, request.scale);
-  for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
-    for (const ArgumentInfo &arg : *args)
-      checkPointer(request.tensors.at(arg.name).data, sizeof(float),
-                   describe(arg));
+ForwardShape
+Package::checkDecode(const std::map<std::string, std::vector<int64_t>> &shapes,
+                     const std::vector<int64_t> &pool,
+                     const std::vector<int64_t> &indices, float scale) const {
+  ForwardShape shape = checkShapes(shapes, {}, scale);
   if (shape.tokens < 1 || shape.tokens > maxDecodeTokens_)
     throw argumentError("decode takes 1 to " + std::to_string(maxDecodeTokens_) +
                         " new tokens per sequence, got " +
                         std::to_string(shape.tokens));
   std::vector<int64_t> expectedPool{-1, shape.heads, keyDim_, stateColumns()};
-  const std::vector<int64_t> &pool = request.poolShape;
   if (pool.size() != 4 || pool[0] < 0 ||
       !std::equal(pool.begin() + 1, pool.end(), expectedPool.begin() + 1))
     throw argumentError("state pool has shape " + shapeString(pool) +
                         ", expected [P, " + std::to_string(shape.heads) + ", " +
                         std::to_string(keyDim_) + ", " +
                         std::to_string(stateColumns()) + "]");
-  if (int64_t(request.stateIndices.size()) != shape.batch)
-    throw argumentError("state_indices has " +
-                        std::to_string(request.stateIndices.size()) +
+  if (int64_t(indices.size()) != shape.batch)
+    throw argumentError("state_indices has " + std::to_string(indices.size()) +
                         " entries for " + std::to_string(shape.batch) +
                         " sequences");
-  checkPool(pool[0], request.stateIndices);
+  checkPool(pool[0], indices);
+  return shape;
+}
+
+void Package::decode(const DecodeRequest &request) const {
+  requireTarget(/*device=*/false);
+  ForwardShape shape = checkDecode(shapesOf(request.tensors), request.poolShape,
+                                   request.stateIndices, request.scale);
+  for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
+    for (const ArgumentInfo &arg : *args)
+      checkPointer(request.tensors.at(arg.name).data, sizeof(float),
+                   describe(arg));
   checkPointer(request.statePool, sizeof(float), "state pool");
   if (!request.output)
     throw argumentError("no output buffer");
@@ -526,30 +539,91 @@ void Package::statesToPool(const float *states, int64_t heads,
       std::copy_n(states + n * size, size, pool + indices[n] * size);
 }
 
-void Package::forwardDevice(const DeviceForwardRequest &request) const {
-  ForwardShape shape = check(request);
-  const CudaKernel &kernel = kernelFor(request.dtype);
-  CUcontext context = cuda::currentContext();
-  auto requireDeviceMemory = [](const void *data, const std::string &what) {
-    if (data && !cuda::isDeviceMemory(data))
-      throw argumentError(what + " is a host pointer; pass device memory");
-  };
-  linac_cuda_forward_args args{};
-  args.num_seqs = shape.sequences;
-  args.tokens_per_seq = shape.tokens;
-  args.num_heads = shape.heads;
+/// Refuses a pointer the driver does not know as device or managed memory.
+static void requireDeviceMemory(const void *data, const std::string &what) {
+  if (data && !cuda::isDeviceMemory(data))
+    throw argumentError(what + " is a host pointer; pass device memory");
+}
+
+template <typename Args>
+void Package::deviceArguments(const std::map<std::string, DeviceTensor> &tensors,
+                              Args &args) const {
   for (size_t i = 0; i < inputs_.size(); ++i) {
-    const DeviceTensor &t = request.tensors.at(inputs_[i].name);
+    const DeviceTensor &t = tensors.at(inputs_[i].name);
     requireDeviceMemory(t.data, describe(inputs_[i]));
     args.inputs[i] = t.data;
     args.input_heads[i] = t.shape[2];
   }
   for (size_t i = 0; i < params_.size(); ++i) {
-    const DeviceTensor &t = request.tensors.at(params_[i].name);
+    const DeviceTensor &t = tensors.at(params_[i].name);
     requireDeviceMemory(t.data, describe(params_[i]));
     args.params[i] = static_cast<const float *>(t.data);
     args.param_heads[i] = t.shape[0];
   }
+}
+
+void Package::checkDevicePointers(
+    const std::map<std::string, DeviceTensor> &tensors, DType dtype) const {
+  for (const ArgumentInfo &arg : inputs_)
+    checkPointer(tensors.at(arg.name).data, sizeOf(dtype), describe(arg));
+  for (const ArgumentInfo &arg : params_)
+    checkPointer(tensors.at(arg.name).data, sizeof(float), describe(arg));
+}
+
+void Package::decodeDevice(const DeviceDecodeRequest &request) const {
+  requireTarget(/*device=*/true);
+  const CudaKernel &kernel = kernelFor(request.dtype, decodeKernels_);
+  ForwardShape shape = checkDecode(shapesOf(request.tensors), request.poolShape,
+                                   request.stateIndices, request.scale);
+  checkDevicePointers(request.tensors, request.dtype);
+  size_t elementSize = sizeOf(request.dtype);
+  checkPointer(request.statePool, sizeof(float), "state pool");
+  if (!request.output)
+    throw argumentError("no output buffer");
+  checkPointer(request.output, elementSize, "output");
+  if (shape.batch > kMaxCudaSequences)
+    throw argumentError(
+        "CUDA kernels run at most " + std::to_string(kMaxCudaSequences) +
+        " sequences per call, got " + std::to_string(shape.batch));
+
+  CUcontext context = cuda::currentContext();
+  linac_cuda_decode_args args{};
+  args.num_seqs = shape.batch;
+  args.tokens = shape.tokens;
+  args.num_heads = shape.heads;
+  deviceArguments(request.tensors, args);
+  requireDeviceMemory(request.statePool, "state pool");
+  requireDeviceMemory(request.output, "output");
+  args.state_pool = request.statePool;
+  args.output = request.output;
+  args.scale = scaleOrDefault(request.scale, keyDim_);
+  if (shape.batch == 0)
+    return;
+
+  CUfunction function =
+      modules_->function(context, kernel.entry, kernel.sharedMemory);
+  auto stream = static_cast<CUstream>(request.stream);
+  cuda::StreamBuffer indices(request.stateIndices.data(),
+                             request.stateIndices.size() * sizeof(int64_t),
+                             stream);
+  args.state_indices = reinterpret_cast<const int64_t *>(indices.address());
+  void *params[] = {&args};
+  cuda::check(cuda::driver().cuLaunchKernel(
+                  function, unsigned(shape.heads), unsigned(shape.batch), 1,
+                  kernel.blockThreads, 1, 1, kernel.sharedMemory, stream,
+                  params, nullptr),
+              "cuLaunchKernel('" + kernel.entry + "')");
+}
+
+void Package::forwardDevice(const DeviceForwardRequest &request) const {
+  ForwardShape shape = check(request);
+  const CudaKernel &kernel = kernelFor(request.dtype, kernels_);
+  CUcontext context = cuda::currentContext();
+  linac_cuda_forward_args args{};
+  args.num_seqs = shape.sequences;
+  args.tokens_per_seq = shape.tokens;
+  args.num_heads = shape.heads;
+  deviceArguments(request.tensors, args);
   requireDeviceMemory(request.initialState, "initial_state");
   requireDeviceMemory(request.finalState, "final_state");
   requireDeviceMemory(request.output, "output");
@@ -715,6 +789,29 @@ linac_status linac_decode_host(linac_package *package,
     request.output = args->output;
     request.scale = args->scale;
     package->package->decode(request);
+  });
+}
+
+linac_status linac_decode_device(linac_package *package,
+                                 const linac_device_decode_args *args) {
+  return guarded([&] {
+    if (!package || !args)
+      throw invalidArgument("linac_decode_device needs a package and arguments");
+    if (!args->pool_shape || (args->num_sequences && !args->state_indices))
+      throw invalidArgument("linac_decode_device needs pool_shape and "
+                            "state_indices");
+    linac::DeviceDecodeRequest request;
+    request.tensors =
+        tensorsOf<linac::DeviceTensor>(args->tensors, args->num_tensors);
+    request.dtype = static_cast<linac::DType>(args->dtype);
+    request.statePool = args->state_pool;
+    request.poolShape.assign(args->pool_shape, args->pool_shape + 4);
+    request.stateIndices.assign(args->state_indices,
+                                args->state_indices + args->num_sequences);
+    request.output = args->output;
+    request.scale = args->scale;
+    request.stream = args->stream;
+    package->package->decodeDevice(request);
   });
 }
 

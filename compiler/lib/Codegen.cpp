@@ -464,6 +464,7 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
             .getInt());
   else
     out += "LINAC_SCAN_KERNELS(Layer)\n";
+  out += "LINAC_DECODE_KERNELS(Layer)\n";
   if (emitter.failed)
     return failure();
   return out;

@@ -26,33 +26,6 @@ constexpr Dims kDims{16, 16};
 fs::path workDir() { return fs::path(testing::TempDir()) / "linac-decode"; }
 
 
-/// ||got - want|| / ||want|| over rows [first, first + count) of `size`.
-double rowsError(const std::vector<float> &got, const std::vector<double> &want,
-                 size_t first, size_t count, size_t size) {
-  double diff = 0, norm = 0;
-  for (size_t i = first * size; i < (first + count) * size; ++i) {
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
-
-/// Tokens [begin, end) of every sequence of a [B, T, H, ...] input.
-Argument tokensOf(const Argument &input, int64_t begin, int64_t end) {
-  if (input.param)
-    return input;
-  int64_t batch = input.shape[0], tokens = input.shape[1];
-  size_t row = input.values.size() / (batch * tokens);
-  Argument slice = input;
-  slice.shape[1] = end - begin;
-  slice.values.clear();
-  for (int64_t b = 0; b < batch; ++b)
-    slice.values.insert(slice.values.end(),
-                        input.values.begin() + (b * tokens + begin) * row,
-                        input.values.begin() + (b * tokens + end) * row);
-  return slice;
-}
-
 class Decode : public testing::TestWithParam<fs::path> {
 protected:
   std::shared_ptr<Package> package = compiled(GetParam(), kDims, workDir());
@@ -101,12 +74,12 @@ TEST_P(Decode, MatchesReferenceOnAPool) {
           ASSERT_TRUE(std::isnan(output[i])) << "a skipped sequence's output";
         continue;
       }
-      EXPECT_LE(rowsError(output, want.output, b, 1, row), 1e-5);
+      EXPECT_LE(relativeError(output, want.output, b * row, row), 1e-5);
       std::vector<float> slot(pool.begin() + indices[b] * slotSize,
                               pool.begin() + (indices[b] + 1) * slotSize);
       std::vector<double> wantSlot(want.finalState.begin() + b * slotSize,
                                    want.finalState.begin() + (b + 1) * slotSize);
-      EXPECT_LE(rowsError(slot, wantSlot, 0, 1, slotSize), 1e-5);
+      EXPECT_LE(relativeError(slot, wantSlot, 0, slotSize), 1e-5);
     }
     for (int64_t unused : {1, 3})
       EXPECT_TRUE(std::equal(pool.begin() + unused * slotSize,
@@ -165,15 +138,16 @@ TEST_P(Decode, PrefillThenDecodeIsOnePrefill) {
         const float *got = output.data() + (b * (end - begin) + t - begin) * row;
         const float *want = allOutput.data() + (b * 78 + t) * row;
         std::vector<double> wantRow(want, want + row);
-        EXPECT_LE(rowsError(std::vector<float>(got, got + row), wantRow, 0, 1, row),
+        EXPECT_LE(relativeError(std::vector<float>(got, got + row), wantRow, 0, row),
                   1e-5)
             << "sequence " << b << ", token " << t;
       }
   }
   std::vector<float> states(problem.stateSize);
   package->statesFromPool(pool.data(), 2, c.heads, indices, states.data());
-  EXPECT_LE(rowsError(states, std::vector<double>(allState.begin(), allState.end()),
-                      0, 1, states.size()),
+  EXPECT_LE(relativeError(states,
+                          std::vector<double>(allState.begin(), allState.end()),
+                          0, states.size()),
             1e-5);
 }
 

@@ -23,6 +23,16 @@
 // RUN: rm -rf %t.nocompiler.linac
 // RUN: not env NVCC=/nonexistent/nvcc linac compile %s --target sm_90a -o %t.nocompiler.linac 2>&1 | FileCheck %s --check-prefix=NONVCC
 
+// MANIFEST: "decode": {
+// MANIFEST-NEXT: "kernels": [
+// MANIFEST-NEXT: {
+// MANIFEST-NEXT: "block_threads": 32,
+// MANIFEST-NEXT: "dtype": "float32",
+// MANIFEST-NEXT: "entry": "linac_decode_float32",
+// MANIFEST: "entry": "linac_decode_bfloat16",
+// MANIFEST: "entry": "linac_decode_float16",
+// MANIFEST: "max_tokens": 8,
+// MANIFEST-NEXT: "state_layout": "key_major"
 // MANIFEST: "kernels": [
 // MANIFEST-NEXT: {
 // MANIFEST-NEXT: "block_threads": 256,
@@ -49,6 +59,7 @@
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
 // SOURCE: LINAC_CHUNK_KERNELS(Layer)
 // SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)
+// SOURCE: LINAC_DECODE_KERNELS(Layer)
 
 // ONECOMPILE: {{^1$}}
 // DESCRIBE: layer @small_gated_delta for sm_80, K = 16, V = 16

@@ -13,7 +13,12 @@
 // CHECK: %{{[0-9]+}} = linac.read %{{[0-9]+}}, %q : !linac.state<128x128>, !key -> !value
 // CHECK: linac.yield %{{[0-9]+}}, %{{[0-9]+}} : !linac.state<128x128>, !value
 
-// The package for sm_90a lists its fastest kernel first.
+// The package for sm_90a has decode kernels and lists its fastest
+// forward kernel first.
+// CUDA: "entry": "linac_decode_float32"
+// CUDA: "max_tokens": 8
 // CUDA: "kernels": [
 // CUDA-NEXT: {
-// CUDA: "entry": "linac_chunk_bfloat16"
+// CUDA-NEXT: "block_threads":
+// CUDA-NEXT: "dtype":
+// CUDA-NEXT: "entry": "linac_chunk_bfloat16"

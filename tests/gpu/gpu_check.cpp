@@ -5,7 +5,10 @@
 // Runs each package on the GPU over the cases below on fresh random inputs,
 // outputs poisoned with NaN first, and compares outputs and final states
 // with the fp64 reference: relative error at most 1e-2 for bf16 and fp16
-// inputs, 1e-4 for fp32, every element written and finite. With --bench it
+// inputs, 1e-4 for fp32, every element written and finite. Then decode in
+// bf16 and fp32: steps of 1 and 8 tokens on a state pool (one sequence
+// skipped, slots out of order) against the reference, and a prefill
+// followed by a decode step against one prefill of all the tokens. With --bench it
 // then times every package at B8 T4096 H16 in bf16 (one JSON line each, as
 // `linac bench` prints) and prints a table last. Exits non-zero on any
 // failed check.
@@ -20,10 +23,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,35 +98,195 @@ std::vector<char> nanBytes(size_t count, DType dtype) {
   return encode(std::vector<float>(count, std::nanf("")), dtype);
 }
 
-/// Runs `c` on the device in `dtype` and compares with the reference.
-Outcome runCase(const Package &package, const Case &c, DType dtype) {
-  float (*round)(float) = dtype == DType::BFloat16 ? roundBFloat16
-                          : dtype == DType::Float16 ? roundHalf
-                                                    : nullptr;
-  Dims dims{int(package.keyDim()), int(package.valueDim())};
-  Problem problem = makeProblem(package, dims, c, round);
+using RoundFn = float (*)(float);
+RoundFn roundingOf(DType dtype) {
+  return dtype == DType::BFloat16 ? roundBFloat16
+         : dtype == DType::Float16 ? roundHalf
+                                   : nullptr;
+}
+
+/// A problem's arguments in device memory: activations in `dtype`,
+/// parameters in float32.
+struct DeviceArguments {
   std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  std::map<std::string, DeviceTensor> tensors;
+
+  DeviceArguments(const std::map<std::string, Argument> &arguments, DType dtype) {
+    for (const auto &[name, argument] : arguments) {
+      buffers.push_back(std::make_unique<DeviceBuffer>(
+          encode(argument.values, argument.param ? DType::Float32 : dtype)));
+      tensors[name] = {buffers.back()->data, argument.shape};
+    }
+  }
+};
+
+/// A forward pass on the device from `initialState` (or zeros); returns
+/// the outputs and final states as floats.
+std::pair<std::vector<float>, std::vector<float>>
+forwardOnDevice(const Package &package,
+                const std::map<std::string, Argument> &arguments,
+                const std::vector<int64_t> &cuSeqlens,
+                const std::vector<float> &initialState, size_t outputSize,
+                size_t stateSize, DType dtype) {
+  DeviceArguments device(arguments, dtype);
   DeviceForwardRequest request;
   request.dtype = dtype;
-  request.cuSeqlens = c.cuSeqlens;
-  for (const auto &[name, argument] : problem.arguments) {
-    buffers.push_back(std::make_unique<DeviceBuffer>(
-        encode(argument.values, argument.param ? DType::Float32 : dtype)));
-    request.tensors[name] = {buffers.back()->data, argument.shape};
-  }
+  request.cuSeqlens = cuSeqlens;
+  request.tensors = device.tensors;
   std::unique_ptr<DeviceBuffer> initial;
-  if (!problem.initialState.empty()) {
-    initial = std::make_unique<DeviceBuffer>(encode(problem.initialState, DType::Float32));
+  if (!initialState.empty()) {
+    initial = std::make_unique<DeviceBuffer>(encode(initialState, DType::Float32));
     request.initialState = static_cast<const float *>(initial->data);
   }
-  DeviceBuffer output(nanBytes(problem.outputSize, dtype));
-  DeviceBuffer finalState(nanBytes(problem.stateSize, DType::Float32));
+  DeviceBuffer output(nanBytes(outputSize, dtype));
+  DeviceBuffer finalState(nanBytes(stateSize, DType::Float32));
   request.output = output.data;
   request.finalState = static_cast<float *>(finalState.data);
   package.forwardDevice(request);
   check(cudaDeviceSynchronize(), "the forward pass");
-  return compare(problem, decode(output.download(), dtype),
-                 decode(finalState.download(), DType::Float32));
+  return {decode(output.download(), dtype),
+          decode(finalState.download(), DType::Float32)};
+}
+
+/// A decode step on the device; `pool` is updated in place and the outputs
+/// (NaN where a sequence is skipped) are returned.
+std::vector<float> decodeOnDevice(const Package &package,
+                                  const std::map<std::string, Argument> &arguments,
+                                  std::vector<float> &pool,
+                                  const std::vector<int64_t> &poolShape,
+                                  const std::vector<int64_t> &indices,
+                                  size_t outputSize, DType dtype) {
+  DeviceArguments device(arguments, dtype);
+  DeviceBuffer devicePool(encode(pool, DType::Float32));
+  DeviceBuffer output(nanBytes(outputSize, dtype));
+  DeviceDecodeRequest request;
+  request.dtype = dtype;
+  request.tensors = device.tensors;
+  request.statePool = static_cast<float *>(devicePool.data);
+  request.poolShape = poolShape;
+  request.stateIndices = indices;
+  request.output = output.data;
+  package.decodeDevice(request);
+  check(cudaDeviceSynchronize(), "the decode step");
+  pool = decode(devicePool.download(), DType::Float32);
+  return decode(output.download(), dtype);
+}
+
+/// Runs `c` on the device in `dtype` and compares with the reference.
+Outcome runCase(const Package &package, const Case &c, DType dtype) {
+  Dims dims{int(package.keyDim()), int(package.valueDim())};
+  Problem problem = makeProblem(package, dims, c, roundingOf(dtype));
+  auto [output, finalState] =
+      forwardOnDevice(package, problem.arguments, c.cuSeqlens,
+                      problem.initialState, problem.outputSize,
+                      problem.stateSize, dtype);
+  return compare(problem, output, finalState);
+}
+
+/// A decode step of `tokens` for 4 sequences on a pool of 5 slots: sequence
+/// 1 skipped, the others in slots 2, 0 and 4. Errors are the worst over the
+/// decoded sequences and their slots; `finite` also requires the skipped
+/// sequence's outputs and the unused slots to be left alone.
+Outcome runDecodeCase(const Package &package, int64_t tokens, DType dtype) {
+  Dims dims{int(package.keyDim()), int(package.valueDim())};
+  Case c;
+  c.batch = 4;
+  c.tokens = tokens;
+  c.heads = 4;
+  c.keyHeads = 4;
+  c.initialState = true;
+  Problem problem = makeProblem(package, dims, c, roundingOf(dtype));
+  std::vector<int64_t> indices{2, -1, 0, 4};
+  int64_t slots = 5;
+  size_t slotSize = size_t(package.keyDim()) * package.stateColumns() * c.heads;
+  std::vector<float> pool(slots * slotSize, 0.5f);
+  package.statesToPool(problem.initialState.data(), c.heads, indices,
+                       pool.data(), slots);
+  std::vector<float> before = pool;
+  std::vector<float> output = decodeOnDevice(
+      package, problem.arguments, pool,
+      {slots, c.heads, package.keyDim(), package.stateColumns()}, indices,
+      problem.outputSize, dtype);
+
+  reference::Result want = reference::run(problem.reference);
+  Outcome outcome;
+  size_t row = size_t(tokens) * c.heads * package.valueDim();
+  for (size_t b = 0; b < indices.size(); ++b) {
+    if (indices[b] < 0) {
+      for (size_t i = b * row; i < (b + 1) * row; ++i)
+        outcome.finite &= std::isnan(output[i]);
+      continue;
+    }
+    for (size_t i = b * row; i < (b + 1) * row; ++i)
+      outcome.finite &= std::isfinite(output[i]);
+    std::vector<float> slot(pool.begin() + indices[b] * slotSize,
+                            pool.begin() + (indices[b] + 1) * slotSize);
+    outcome.outputError = std::max(
+        outcome.outputError, relativeError(output, want.output, b * row, row));
+    outcome.stateError = std::max(
+        outcome.stateError,
+        relativeError(slot,
+                      std::vector<double>(want.finalState.begin() + b * slotSize,
+                                          want.finalState.begin() +
+                                              (b + 1) * slotSize),
+                      0, slotSize));
+  }
+  for (int64_t unused : {1, 3})
+    outcome.finite &= std::equal(pool.begin() + unused * slotSize,
+                                 pool.begin() + (unused + 1) * slotSize,
+                                 before.begin() + unused * slotSize);
+  return outcome;
+}
+
+/// A prefill of 70 tokens, its states put in a pool, then a decode step of
+/// 8: compared with one prefill of all 78 tokens on the device.
+Outcome runPrefillThenDecode(const Package &package, DType dtype) {
+  Dims dims{int(package.keyDim()), int(package.valueDim())};
+  Case c;
+  c.batch = 2;
+  c.tokens = 78;
+  c.heads = 4;
+  c.keyHeads = 4;
+  c.initialState = true;
+  Problem problem = makeProblem(package, dims, c, roundingOf(dtype));
+  auto slices = [&](int64_t begin, int64_t end) {
+    std::map<std::string, Argument> part;
+    for (const auto &[name, argument] : problem.arguments)
+      part[name] = tokensOf(argument, begin, end);
+    return part;
+  };
+  size_t row = size_t(c.heads) * package.valueDim();
+  auto [allOutput, allState] =
+      forwardOnDevice(package, problem.arguments, {}, problem.initialState,
+                      problem.outputSize, problem.stateSize, dtype);
+  auto [prefillOutput, prefillState] =
+      forwardOnDevice(package, slices(0, 70), {}, problem.initialState,
+                      c.batch * 70 * row, problem.stateSize, dtype);
+  std::vector<int64_t> indices{1, 0};
+  std::vector<float> pool(problem.stateSize);
+  package.statesToPool(prefillState.data(), c.heads, indices, pool.data(), 2);
+  std::vector<float> output = decodeOnDevice(
+      package, slices(70, 78), pool,
+      {2, c.heads, package.keyDim(), package.stateColumns()}, indices,
+      c.batch * 8 * row, dtype);
+  std::vector<float> states(problem.stateSize);
+  package.statesFromPool(pool.data(), 2, c.heads, indices, states.data());
+
+  Outcome outcome;
+  for (float x : output)
+    outcome.finite &= std::isfinite(x);
+  for (int64_t b = 0; b < c.batch; ++b) {
+    std::vector<double> want(allOutput.begin() + (b * 78 + 70) * row,
+                             allOutput.begin() + (b * 78 + 78) * row);
+    std::vector<float> got(output.begin() + b * 8 * row,
+                           output.begin() + (b + 1) * 8 * row);
+    outcome.outputError =
+        std::max(outcome.outputError, relativeError(got, want, 0, want.size()));
+  }
+  outcome.stateError = relativeError(
+      states, std::vector<double>(allState.begin(), allState.end()), 0,
+      states.size());
+  return outcome;
 }
 
 struct NamedCase {
@@ -194,12 +360,33 @@ int main(int argc, char **argv) {
       continue;
     }
     const Package &package = *opened.back();
-    for (const NamedCase &named : cases()) {
-      double tolerance = named.dtype == DType::Float32 ? 1e-4 : 1e-2;
+    struct Check {
+      std::string name;
+      DType dtype;
+      std::function<Outcome()> run;
+    };
+    std::vector<Check> checks;
+    for (const NamedCase &named : cases())
+      checks.push_back({named.name, named.dtype, [&package, named] {
+                          return runCase(package, named.c, named.dtype);
+                        }});
+    for (DType dtype : {DType::BFloat16, DType::Float32}) {
+      for (int64_t tokens : {1, 8})
+        checks.push_back({"decode-" + std::to_string(tokens), dtype,
+                          [&package, tokens, dtype] {
+                            return runDecodeCase(package, tokens, dtype);
+                          }});
+      checks.push_back({"prefill+dec", dtype, [&package, dtype] {
+                          return runPrefillThenDecode(package, dtype);
+                        }});
+    }
+    for (const Check &check : checks) {
+      DType dtype = check.dtype;
+      double tolerance = dtype == DType::Float32 ? 1e-4 : 1e-2;
       std::string verdict;
       Outcome outcome;
       try {
-        outcome = runCase(package, named.c, named.dtype);
+        outcome = check.run();
         bool good = outcome.finite && outcome.outputError <= tolerance &&
                     outcome.stateError <= tolerance;
         verdict = good ? "ok" : outcome.finite ? "FAIL" : "FAIL (NaN or unwritten)";
@@ -209,7 +396,7 @@ int main(int argc, char **argv) {
         ok = false;
       }
       std::printf("%-22s %-11s %-9s %10.2e %10.2e %s\n", package.layer().c_str(),
-                  named.name, dtypeName(named.dtype), outcome.outputError,
+                  check.name.c_str(), dtypeName(dtype), outcome.outputError,
                   outcome.stateError, verdict.c_str());
       std::fflush(stdout);
     }

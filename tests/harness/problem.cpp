@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -11,18 +12,6 @@
 namespace linac::harness {
 
 namespace {
-
-/// ||got - want|| / ||want||. Norms below 1e-30 count as 1e-30: fp32 cannot
-/// hold such values (a state decayed by exp(-100) is subnormal or zero).
-double relativeError(const std::vector<float> &got,
-                     const std::vector<double> &want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
 
 /// Names of the inputs that decay gates (key, value or matrix) derive from,
 /// read off the step program: those are the ones the strong range drives
@@ -58,6 +47,34 @@ std::set<std::string> decayInputs(const nlohmann::json &step) {
 }
 
 } // namespace
+
+/// Norms below 1e-30 count as 1e-30: fp32 cannot hold such values (a state
+/// decayed by exp(-100) is subnormal or zero).
+double relativeError(const std::vector<float> &got,
+                     const std::vector<double> &want, size_t first,
+                     size_t count) {
+  double diff = 0, norm = 0;
+  for (size_t i = first; i < first + count; ++i) {
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+Argument tokensOf(const Argument &argument, int64_t begin, int64_t end) {
+  if (argument.param)
+    return argument;
+  int64_t batch = argument.shape[0], tokens = argument.shape[1];
+  size_t row = argument.values.size() / (batch * tokens);
+  Argument slice = argument;
+  slice.shape[1] = end - begin;
+  slice.values.clear();
+  for (int64_t b = 0; b < batch; ++b)
+    slice.values.insert(slice.values.end(),
+                        argument.values.begin() + (b * tokens + begin) * row,
+                        argument.values.begin() + (b * tokens + end) * row);
+  return slice;
+}
 
 Problem makeProblem(const Package &package, Dims dims, const Case &c,
                     float (*round)(float)) {
@@ -139,8 +156,9 @@ Outcome compare(const Problem &problem, const std::vector<float> &output,
   for (const std::vector<float> *values : {&output, &finalState})
     for (float x : *values)
       outcome.finite &= std::isfinite(x);
-  outcome.outputError = relativeError(output, want.output);
-  outcome.stateError = relativeError(finalState, want.finalState);
+  outcome.outputError = relativeError(output, want.output, 0, want.output.size());
+  outcome.stateError =
+      relativeError(finalState, want.finalState, 0, want.finalState.size());
   return outcome;
 }
 

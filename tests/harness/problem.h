@@ -62,6 +62,15 @@ struct Outcome {
   double milliseconds = 0;                ///< the package's forward pass
 };
 
+/// ||got - want|| / ||want|| over elements [first, first + count).
+double relativeError(const std::vector<float> &got,
+                     const std::vector<double> &want, size_t first,
+                     size_t count);
+
+/// Tokens [begin, end) of every sequence of a [B, T, H, ...] input;
+/// parameters as they are.
+Argument tokensOf(const Argument &argument, int64_t begin, int64_t end);
+
 /// Compares outputs (poisoned with NaN before the run) with the reference.
 Outcome compare(const Problem &problem, const std::vector<float> &output,
                 const std::vector<float> &finalState);

@@ -59,6 +59,10 @@ nlohmann::json cudaManifest() {
         argument("initial_state", "runtime", "state",
                  "[N, H, K, V] (optional)"),
         argument("o", "runtime", "value", "[B, T, H, V]")}},
+      {"decode",
+       {{"max_tokens", 8},
+        {"state_layout", "key_major"},
+        {"kernels", {kernel("linac_decode_float32", "float32", "recurrent", 128, 0)}}}},
       {"kernels",
        {kernel("linac_chunk_bfloat16", "bfloat16", "chunkwise", 256, 190464),
         kernel("linac_scan_bfloat16", "bfloat16", "recurrent", 128, 0),
@@ -341,6 +345,58 @@ TEST_F(CudaPackage, MissingCubinIsRefused) {
                                   linac::Error::Kind::Package);
   EXPECT_NE(message.find("cannot read 'layer.cubin'"), std::string::npos)
       << message;
+}
+
+} // namespace
+
+namespace {
+
+TEST_F(CudaPackage, DeviceDecodeChecksItsArguments) {
+  linac::DeviceDecodeRequest decode;
+  decode.tensors = {{"q", tensor({2, 1, 2, kDim})},
+                    {"k", tensor({2, 1, 2, kDim})},
+                    {"v", tensor({2, 1, 2, kDim})},
+                    {"g", tensor({2, 1, 2})},
+                    {"A_log", tensor({2})}};
+  decode.statePool = storage;
+  decode.poolShape = {3, 2, kDim, kDim};
+  decode.stateIndices = {2, -1};
+  decode.output = storage;
+  auto invalid = [&](linac::DeviceDecodeRequest r) {
+    return rejection([&] { package->decodeDevice(r); },
+                     linac::Error::Kind::InvalidArgument);
+  };
+
+  linac::DeviceDecodeRequest bf16 = decode;
+  bf16.dtype = linac::DType::BFloat16;
+  EXPECT_EQ(invalid(bf16), "package has no bfloat16 kernel; it has float32");
+  linac::DeviceDecodeRequest twice = decode;
+  twice.stateIndices = {1, 1};
+  EXPECT_EQ(invalid(twice), "pool slot 1 is given to two sequences");
+  linac::DeviceDecodeRequest pool = decode;
+  pool.poolShape = {3, 2, kDim};
+  EXPECT_EQ(invalid(pool), "state pool has shape [3, 2, " + std::to_string(kDim) +
+                               "], expected [P, 2, " + std::to_string(kDim) +
+                               ", " + std::to_string(kDim) + "]");
+  linac::DeviceDecodeRequest noOutput = decode;
+  noOutput.output = nullptr;
+  EXPECT_EQ(invalid(noOutput), "no output buffer");
+
+  linac::ForwardRequest hostForward = hostRequest();
+  linac::DecodeRequest host;
+  host.tensors = hostForward.tensors;
+  EXPECT_EQ(rejection([&] { package->decode(host); },
+                      linac::Error::Kind::InvalidArgument),
+            "package for target 'sm_90a' runs on a CUDA device; call the "
+            "device entry points");
+
+  if (void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    dlclose(driver);
+    GTEST_SKIP() << "a CUDA driver is installed";
+  }
+  std::string message = rejection([&] { package->decodeDevice(decode); },
+                                  linac::Error::Kind::Driver);
+  EXPECT_EQ(message.rfind("no CUDA driver: libcuda.so.1", 0), 0u) << message;
 }
 
 } // namespace

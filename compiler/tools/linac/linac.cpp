@@ -258,6 +258,13 @@ static llvm::json::Value toJson(Attribute attr) {
   return nullptr;
 }
 
+/// The scan's block: a thread per value column, one more for a normaliser
+/// (templates/linac/cuda/scan.h's scanThreads).
+static int64_t scanBlockThreads(linac::LayerOp layer) {
+  return (layer.getStateType().getValueDim() +
+          layer.getStateType().getNormalized() + 31) / 32 * 32;
+}
+
 /// The manifest's kernel list: one shared object on the CPU; on GPUs the
 /// chunkwise kernels (when planned) before the scan, per activation dtype,
 /// so that the runtime's first match for a dtype is the fastest kernel.
@@ -282,15 +289,27 @@ static llvm::json::Array kernelList(linac::LayerOp layer, StringRef file) {
     for (StringRef dtype : {"bfloat16", "float16"})
       add("chunk", dtype, plan.getAs<IntegerAttr>("block_threads").getInt(),
           plan.getAs<IntegerAttr>("shared_memory").getInt());
-  int64_t scanThreads =
-      recurrent ? plan.getAs<IntegerAttr>("block_threads").getInt()
-                : (layer.getStateType().getValueDim() +
-                   layer.getStateType().getNormalized() + 31) / 32 * 32;
+  int64_t scanThreads = scanBlockThreads(layer);
   // The tensor-core kernels take 16-bit activations; fp32 ones always run
   // the exact scan.
   for (StringRef dtype : {"float32", "bfloat16", "float16"})
     if (recurrent || dtype == "float32")
       add("scan", dtype, scanThreads, 0);
+  return kernels;
+}
+
+/// Decode kernels of a GPU package, one per activation dtype.
+static llvm::json::Array decodeKernelList(linac::LayerOp layer, StringRef file) {
+  int64_t threads = scanBlockThreads(layer);
+  llvm::json::Array kernels;
+  for (StringRef dtype : {"float32", "bfloat16", "float16"})
+    kernels.push_back(llvm::json::Object{
+        {"entry", fmt::format("linac_decode_{}", dtype.str())},
+        {"file", file},
+        {"dtype", dtype},
+        {"family", "recurrent"},
+        {"block_threads", threads},
+        {"shared_memory", 0}});
   return kernels;
 }
 
@@ -388,13 +407,17 @@ static int compile() {
       {"kernels", kernelList(layer, tools->kernel)},
       {"step", linac::emitStepProgram(layer)},
   };
-  if (targetName != "cpu")
+  // States in the pool are laid out as the forward pass's: key-major, which
+  // the scan's column per thread reads coalesced.
+  llvm::json::Object decode{{"max_tokens", kMaxDecodeTokens},
+                            {"state_layout", "key_major"}};
+  if (targetName != "cpu") {
     manifest["cuda_abi_version"] = kCudaAbiVersion;
-  else
-    // States in the pool are laid out as the forward pass's: key-major.
-    manifest["decode"] = llvm::json::Object{{"entry", "linac_cpu_decode"},
-                                            {"max_tokens", kMaxDecodeTokens},
-                                            {"state_layout", "key_major"}};
+    decode["kernels"] = decodeKernelList(layer, tools->kernel);
+  } else {
+    decode["entry"] = "linac_cpu_decode";
+  }
+  manifest["decode"] = std::move(decode);
   std::string manifestText;
   llvm::raw_string_ostream(manifestText)
       << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";

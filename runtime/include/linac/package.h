@@ -91,6 +91,19 @@ struct DecodeRequest {
   float scale = 0.0f;
 };
 
+/// A decode step of a CUDA package: the tensors of a DecodeRequest in
+/// device memory (state indices stay on the host), enqueued on `stream`.
+struct DeviceDecodeRequest {
+  std::map<std::string, DeviceTensor> tensors;
+  DType dtype = DType::Float32;
+  float *statePool = nullptr;
+  std::vector<int64_t> poolShape;
+  std::vector<int64_t> stateIndices;
+  void *output = nullptr;
+  float scale = 0.0f;
+  void *stream = nullptr;
+};
+
 /// Shapes a validated request implies.
 struct ForwardShape {
   int64_t batch = 0, tokens = 0, heads = 0, sequences = 0;
@@ -123,6 +136,8 @@ public:
   void forward(const ForwardRequest &request) const;
   /// Runs a decode step of a cpu package on host buffers.
   void decode(const DecodeRequest &request) const;
+  /// Enqueues a decode step of a CUDA package on the request's stream.
+  void decodeDevice(const DeviceDecodeRequest &request) const;
   /// New tokens a decode call may take per sequence.
   int64_t maxDecodeTokens() const { return maxDecodeTokens_; }
   /// Copies states between a pool [P, H, K, stateColumns()] and the
@@ -155,7 +170,6 @@ private:
   checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
               const std::vector<int64_t> &cuSeqlens, float scale) const;
   /// The first kernel the manifest lists for `dtype`.
-  const CudaKernel &kernelFor(DType dtype) const;
 
   std::string layer_, target_, manifest_;
   int64_t keyDim_ = 0, valueDim_ = 0;
@@ -166,8 +180,23 @@ private:
   void *forward_ = nullptr;
   void *decode_ = nullptr;
   int64_t maxDecodeTokens_ = 0;
+  std::vector<CudaKernel> decodeKernels_;
+  /// Fills a kernel's input and parameter pointers, refusing host memory.
+  template <typename Args>
+  void deviceArguments(const std::map<std::string, DeviceTensor> &tensors,
+                       Args &args) const;
+  /// Presence and alignment of a device call's inputs and parameters.
+  void checkDevicePointers(const std::map<std::string, DeviceTensor> &tensors,
+                           DType dtype) const;
   /// Validates pool indices against `poolSlots`; returns a head's state size.
   size_t checkPool(int64_t poolSlots, const std::vector<int64_t> &indices) const;
+  /// The checks every decode step shares: shapes, token count, pool.
+  ForwardShape
+  checkDecode(const std::map<std::string, std::vector<int64_t>> &shapes,
+              const std::vector<int64_t> &poolShape,
+              const std::vector<int64_t> &indices, float scale) const;
+  const CudaKernel &kernelFor(DType dtype,
+                              const std::vector<CudaKernel> &kernels) const;
   std::vector<CudaKernel> kernels_;            ///< fastest first
   std::unique_ptr<cuda::ModuleCache> modules_; ///< the cubin, per context
 };

@@ -117,6 +117,25 @@ typedef struct linac_decode_args {
 linac_status linac_decode_host(linac_package *package,
                                const linac_decode_args *args);
 
+/* A decode step of a CUDA package: the tensors of linac_decode_args in
+ * device memory (state_indices stays on the host), enqueued on `stream`
+ * like linac_forward_device. */
+typedef struct linac_device_decode_args {
+  const linac_device_tensor *tensors;
+  size_t num_tensors;
+  linac_dtype dtype;
+  float *state_pool;
+  const int64_t *pool_shape; /* 4 entries */
+  const int64_t *state_indices;
+  size_t num_sequences;
+  void *output;
+  float scale;
+  void *stream;
+} linac_device_decode_args;
+
+linac_status linac_decode_device(linac_package *package,
+                                 const linac_device_decode_args *args);
+
 /* Between a pool [P, H, K, C] and the forward pass's states [N, H, K, C]
  * (C = V, or V + 1 with a normaliser): state n is pool slot indices[n];
  * entries of -1 are skipped. */

@@ -38,6 +38,23 @@ typedef struct linac_cuda_forward_args {
   float scale;                /* the read's scale unless the spec fixes it */
 } linac_cuda_forward_args;
 
+/* A decode step: `tokens` new tokens for each of num_seqs sequences whose
+ * states live in a pool [P, H, K, V] (key-major; V + 1 columns with a
+ * normaliser). Grid (num_heads, num_seqs). */
+typedef struct linac_cuda_decode_args {
+  int64_t num_seqs;
+  int64_t tokens;
+  int64_t num_heads;
+  const void *inputs[LINAC_CUDA_MAX_ARGUMENTS]; /* [num_seqs * tokens, heads, ...] */
+  int64_t input_heads[LINAC_CUDA_MAX_ARGUMENTS];
+  const float *params[LINAC_CUDA_MAX_ARGUMENTS];
+  int64_t param_heads[LINAC_CUDA_MAX_ARGUMENTS];
+  float *state_pool;            /* device, read and written in place */
+  const int64_t *state_indices; /* device, [num_seqs]: a slot, or -1 to skip */
+  void *output;                 /* [num_seqs * tokens, H, V], activation dtype */
+  float scale;
+} linac_cuda_decode_args;
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,11 +16,14 @@
 #include "linac/cuda/chunk.h"
 #include "linac/cuda/scan.h"
 
-#define LINAC_CUDA_ENTRY(Layer, family, dtype, T, threads)                     \
+#define LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, Args)          \
   extern "C" __global__ void __launch_bounds__(threads, 1)                     \
-      linac_##family##_##dtype(const linac_cuda_forward_args args) {           \
+      linac_##family##_##dtype(const Args args) {                              \
     linac::cuda::family##Kernel<Layer, T>(args);                              \
   }
+#define LINAC_CUDA_ENTRY(Layer, family, dtype, T, threads)                     \
+  LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads,                      \
+                       linac_cuda_forward_args)
 
 #define LINAC_CHUNK_KERNELS(Layer)                                             \
   LINAC_CUDA_ENTRY(Layer, chunk, bfloat16, __nv_bfloat16,                     \
@@ -40,5 +43,17 @@
                    linac::cuda::scanThreads<Layer>())                          \
   LINAC_CUDA_ENTRY(Layer, scan, float16, __half,                              \
                    linac::cuda::scanThreads<Layer>())
+
+/// Decode on a state pool, for every layer and dtype.
+#define LINAC_DECODE_KERNELS(Layer)                                            \
+  LINAC_CUDA_ENTRY_FOR(Layer, decode, float32, float,                         \
+                       linac::cuda::scanThreads<Layer>(),                      \
+                       linac_cuda_decode_args)                                 \
+  LINAC_CUDA_ENTRY_FOR(Layer, decode, bfloat16, __nv_bfloat16,                \
+                       linac::cuda::scanThreads<Layer>(),                      \
+                       linac_cuda_decode_args)                                 \
+  LINAC_CUDA_ENTRY_FOR(Layer, decode, float16, __half,                        \
+                       linac::cuda::scanThreads<Layer>(),                      \
+                       linac_cuda_decode_args)
 
 #endif // LINAC_CUDA_LAYER_H

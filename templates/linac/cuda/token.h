@@ -8,9 +8,11 @@
 
 namespace linac::cuda {
 
-/// One token of one head; inputs are in the activation type T.
-template <typename Layer, typename T> struct Token {
-  const linac_cuda_forward_args &args;
+/// One token of one head, in the arguments of a forward pass or of a
+/// decode step; inputs are in the activation type T.
+template <typename Layer, typename T, typename Args = linac_cuda_forward_args>
+struct Token {
+  const Args &args;
   int64_t token;
   int head;
 
@@ -40,8 +42,8 @@ LINAC_DEVICE void sequenceBounds(const linac_cuda_forward_args &args,
   }
 }
 
-template <typename Layer>
-LINAC_DEVICE float readScale(const linac_cuda_forward_args &args) {
+template <typename Layer, typename Args>
+LINAC_DEVICE float readScale(const Args &args) {
   return Layer::kFixedScale > 0 ? Layer::kFixedScale : args.scale;
 }
 

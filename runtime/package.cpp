@@ -715,6 +715,26 @@ template <typename F> static linac_status guarded(F body) {
   return LINAC_ERROR_PACKAGE;
 }
 
+/// The fields the host and device decode arguments share.
+template <typename Request, typename Tensor, typename CArgs>
+static Request decodeRequestOf(const char *caller, const linac_package *package,
+                               const CArgs *args) {
+  if (!package || !args)
+    throw invalidArgument(std::string(caller) + " needs a package and arguments");
+  if (!args->pool_shape || (args->num_sequences && !args->state_indices))
+    throw invalidArgument(std::string(caller) +
+                          " needs pool_shape and state_indices");
+  Request request;
+  request.tensors = tensorsOf<Tensor>(args->tensors, args->num_tensors);
+  request.statePool = args->state_pool;
+  request.poolShape.assign(args->pool_shape, args->pool_shape + 4);
+  request.stateIndices.assign(args->state_indices,
+                              args->state_indices + args->num_sequences);
+  request.output = args->output;
+  request.scale = args->scale;
+  return request;
+}
+
 extern "C" {
 
 const char *linac_last_error(void) { return lastError.c_str(); }
@@ -774,42 +794,18 @@ linac_status linac_forward_host(linac_package *package,
 linac_status linac_decode_host(linac_package *package,
                                const linac_decode_args *args) {
   return guarded([&] {
-    if (!package || !args)
-      throw invalidArgument("linac_decode_host needs a package and arguments");
-    if (!args->pool_shape || (args->num_sequences && !args->state_indices))
-      throw invalidArgument("linac_decode_host needs pool_shape and "
-                            "state_indices");
-    linac::DecodeRequest request;
-    request.tensors =
-        tensorsOf<linac::HostTensor>(args->tensors, args->num_tensors);
-    request.statePool = args->state_pool;
-    request.poolShape.assign(args->pool_shape, args->pool_shape + 4);
-    request.stateIndices.assign(args->state_indices,
-                                args->state_indices + args->num_sequences);
-    request.output = args->output;
-    request.scale = args->scale;
-    package->package->decode(request);
+    package->package->decode(
+        decodeRequestOf<linac::DecodeRequest, linac::HostTensor>(
+            "linac_decode_host", package, args));
   });
 }
 
 linac_status linac_decode_device(linac_package *package,
                                  const linac_device_decode_args *args) {
   return guarded([&] {
-    if (!package || !args)
-      throw invalidArgument("linac_decode_device needs a package and arguments");
-    if (!args->pool_shape || (args->num_sequences && !args->state_indices))
-      throw invalidArgument("linac_decode_device needs pool_shape and "
-                            "state_indices");
-    linac::DeviceDecodeRequest request;
-    request.tensors =
-        tensorsOf<linac::DeviceTensor>(args->tensors, args->num_tensors);
+    auto request = decodeRequestOf<linac::DeviceDecodeRequest, linac::DeviceTensor>(
+        "linac_decode_device", package, args);
     request.dtype = static_cast<linac::DType>(args->dtype);
-    request.statePool = args->state_pool;
-    request.poolShape.assign(args->pool_shape, args->pool_shape + 4);
-    request.stateIndices.assign(args->state_indices,
-                                args->state_indices + args->num_sequences);
-    request.output = args->output;
-    request.scale = args->scale;
     request.stream = args->stream;
     package->package->decodeDevice(request);
   });

@@ -436,23 +436,30 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
       "struct Layer {\n" +
       emitter.constants(
           fmt::format("  static constexpr Gate kKeyGate = Gate::{};\n", gate.str()));
+  // The functions run by the chunkwise kernels and by the scan, each set in
+  // a struct nested in Layer.
+  auto nested = [](StringRef name, const std::string &functions) {
+    std::string text = fmt::format("  struct {} {{\n", name.str());
+    for (StringRef line : llvm::split(StringRef(functions).rtrim('\n'), '\n'))
+      text += line.empty() ? "\n" : "  " + line.str() + "\n";
+    return text + "  };\n";
+  };
   if (!recurrent)
-    out += "struct Chunk {\n" +
+    out += nested("Chunk",
            emitter.chunkFunctions(
                kWarpFlavor,
                "template <typename Token> LINAC_DEVICE static void "
                "prologue(const Token &token, ChunkOperands<K, V, kKeyGate> &out)",
                "template <typename Token, typename Out> LINAC_DEVICE static "
                "void epilogue(const Token &token, const WarpVec<V> &read, "
-               "Out *out)") +
-           "};\n";
-  out += "struct Scan {\n" +
-         emitter.stepFunction(
-             kScanFlavor,
-             "template <typename Token, typename State, typename Out> "
-             "LINAC_DEVICE static void step(const Token &token, State &state, "
-             "float scale, Out *out)") +
-         "};\n};\n\n} // namespace\n\n";
+               "Out *out)"));
+  out += (recurrent ? "" : "\n") + nested("Scan",
+                emitter.stepFunction(
+                    kScanFlavor,
+                    "template <typename Token, typename State, typename Out> "
+                    "LINAC_DEVICE static void step(const Token &token, "
+                    "State &state, float scale, Out *out)")) +
+         "};\n\n} // namespace\n\n";
   if (!recurrent)
     out += fmt::format(
         "static_assert(linac::cuda::chunkSharedBytes<Layer>() == {}, "

@@ -133,7 +133,7 @@ static FailureOr<Toolchain> toolchainFor(StringRef target) {
   }
   tools.program = *program;
   if (target == "cpu") {
-    tools.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", include};
+    tools.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", include};
     tools.source = "layer.cpp";
     tools.kernel = "layer.so";
   } else {

@@ -1,12 +1,14 @@
 //===- layer.h - the CPU skeletons generated layers instantiate -*- C++ -*-===//
 //
 // A generated layer is a struct `Layer` with the spec's dimensions and
-// normal form as constants and, from the spec's body, either
+// normal form as constants and, from the spec's body,
 //   prologue(token, operands): the token's normal-form operands, and
 //   epilogue(token, read, out): the output from the read,
-// for the chunkwise families, or
-//   step(token, state, out): the whole time step, for the recurrent scan.
-// forward<Layer> runs either over every sequence and head.
+// for the chunkwise families, and for every layer
+//   step(token, state, out): the whole time step, for the recurrent scan and
+//   decode.
+// forward<Layer> runs either over every sequence and head, and decode<Layer>
+// the step from a state pool, both spread over the machine's cores.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,7 +20,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 namespace linac::cpu {
@@ -278,34 +282,51 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
     state.store(args.final_state + stateOffset);
 }
 
+/// Runs body(seq, head) for every sequence and head, spread over the
+/// machine's cores; each pair writes only its own outputs and state.
+template <typename Body>
+void forEachHead(int64_t sequences, int64_t heads, Body body) {
+  int64_t total = sequences * heads;
+  int64_t workers = std::min<int64_t>(
+      std::max(1u, std::thread::hardware_concurrency()), total);
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i = next++; i < total; i = next++)
+      body(i / heads, i % heads);
+  };
+  std::vector<std::thread> threads;
+  for (int64_t w = 1; w < workers; ++w)
+    threads.emplace_back(work);
+  work();
+  for (std::thread &thread : threads)
+    thread.join();
+}
+
 /// Decode: each sequence's few new tokens from and back to its pool slot.
 template <typename Layer> int decode(const linac_cpu_decode_args &args) {
   constexpr int K = Layer::K, V = Layer::V;
-  for (int64_t seq = 0; seq < args.num_seqs; ++seq) {
+  forEachHead(args.num_seqs, args.num_heads, [&](int64_t seq, int64_t head) {
     int64_t slot = args.state_indices[seq];
     if (slot < 0)
-      continue;
-    for (int64_t head = 0; head < args.num_heads; ++head) {
-      State<K, V, Layer::kNormalizer> state;
-      float *pooled =
-          args.state_pool + size_t(slot * args.num_heads + head) * state.kSize;
-      state.load(pooled);
-      stepThrough<Layer>(args, seq * args.tokens, (seq + 1) * args.tokens,
-                         head, state);
-      state.store(pooled);
-    }
-  }
+      return;
+    State<K, V, Layer::kNormalizer> state;
+    float *pooled =
+        args.state_pool + size_t(slot * args.num_heads + head) * state.kSize;
+    state.load(pooled);
+    stepThrough<Layer>(args, seq * args.tokens, (seq + 1) * args.tokens, head,
+                       state);
+    state.store(pooled);
+  });
   return 0;
 }
 
 template <typename Layer> int forward(const linac_cpu_forward_args &args) {
-  for (int64_t seq = 0; seq < args.num_seqs; ++seq)
-    for (int64_t head = 0; head < args.num_heads; ++head) {
-      if constexpr (Layer::kRecurrent)
-        scanSequence<Layer>(args, seq, head);
-      else
-        chunkSequence<Layer>(args, seq, head);
-    }
+  forEachHead(args.num_seqs, args.num_heads, [&](int64_t seq, int64_t head) {
+    if constexpr (Layer::kRecurrent)
+      scanSequence<Layer>(args, seq, head);
+    else
+      chunkSequence<Layer>(args, seq, head);
+  });
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <dlfcn.h>
 #include <functional>
+#include <map>
 #include <random>
 
 namespace linac::bench {
@@ -149,56 +150,113 @@ Ceilings measureCeilings(int reps) {
   return ceilings;
 }
 
+namespace {
+
+/// Random device tensors for every input ([B, T, H, ...] in `dtype`) and
+/// parameter of `package`, and the activation bytes per token and head.
+struct RandomArguments {
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  std::map<std::string, DeviceTensor> tensors;
+  double bytesPerTokenHead = 0;
+
+  RandomArguments(const Package &package, Shape shape, DType dtype) {
+    std::mt19937 rng(std::random_device{}());
+    int64_t k = package.keyDim(), v = package.valueDim();
+    for (const ArgumentInfo &arg : package.arguments()) {
+      if (arg.role == "runtime")
+        continue;
+      std::vector<int64_t> features =
+          arg.kind == "key"      ? std::vector<int64_t>{k}
+          : arg.kind == "value"  ? std::vector<int64_t>{v}
+          : arg.kind == "matrix" ? std::vector<int64_t>{k, v}
+                                 : std::vector<int64_t>{};
+      int64_t size = 1;
+      for (int64_t f : features)
+        size *= f;
+      bool param = arg.role == "param";
+      std::vector<int64_t> dims =
+          param ? std::vector<int64_t>{shape.heads}
+                : std::vector<int64_t>{shape.batch, shape.tokens, shape.heads};
+      dims.insert(dims.end(), features.begin(), features.end());
+      size_t count = size_t(size) * shape.heads *
+                     (param ? 1 : shape.batch * shape.tokens);
+      buffers.push_back(
+          randomTensor(count, param ? DType::Float32 : dtype, param, rng));
+      tensors[arg.name] = {buffers.back()->data, dims};
+      if (!param)
+        bytesPerTokenHead += double(size) * elementSize(dtype);
+    }
+    // The output.
+    bytesPerTokenHead += double(v) * elementSize(dtype);
+  }
+};
+
+/// The manifest's first kernel for `dtype` in `kernels`.
+std::string entryFor(const nlohmann::json &kernels, DType dtype) {
+  for (const nlohmann::json &kernel : kernels)
+    if (kernel.value("dtype", "") == dtypeName(dtype))
+      return kernel["entry"];
+  return "";
+}
+
+} // namespace
+
 Result forward(const Package &package, Shape shape, DType dtype, int reps) {
   nlohmann::json manifest = nlohmann::json::parse(package.manifest());
   int64_t k = package.keyDim(), v = package.valueDim();
-  int64_t tokens = shape.batch * shape.tokens;
-  std::mt19937 rng(std::random_device{}());
-
-  Result result;
-  for (const nlohmann::json &kernel : manifest["kernels"])
-    if (kernel.value("dtype", "") == dtypeName(dtype)) {
-      result.kernel = kernel["entry"];
-      break;
-    }
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  RandomArguments arguments(package, shape, dtype);
   DeviceForwardRequest request;
   request.dtype = dtype;
-  double bytesPerTokenHead = 0;
-  for (const ArgumentInfo &arg : package.arguments()) {
-    if (arg.role == "runtime")
-      continue;
-    std::vector<int64_t> features = arg.kind == "key"      ? std::vector<int64_t>{k}
-                                    : arg.kind == "value"  ? std::vector<int64_t>{v}
-                                    : arg.kind == "matrix" ? std::vector<int64_t>{k, v}
-                                                           : std::vector<int64_t>{};
-    int64_t size = 1;
-    for (int64_t f : features)
-      size *= f;
-    bool param = arg.role == "param";
-    std::vector<int64_t> dims = param ? std::vector<int64_t>{shape.heads}
-                                      : std::vector<int64_t>{shape.batch, shape.tokens,
-                                                             shape.heads};
-    dims.insert(dims.end(), features.begin(), features.end());
-    size_t count = size_t(size) * shape.heads * (param ? 1 : tokens);
-    buffers.push_back(randomTensor(count, param ? DType::Float32 : dtype, param, rng));
-    request.tensors[arg.name] = {buffers.back()->data, dims};
-    if (!param)
-      bytesPerTokenHead += double(size) * elementSize(dtype);
-  }
-  bytesPerTokenHead += double(v) * elementSize(dtype);
-  DeviceBuffer output(size_t(tokens) * shape.heads * v * elementSize(dtype));
+  request.tensors = arguments.tensors;
+  DeviceBuffer output(size_t(shape.batch * shape.tokens) * shape.heads * v *
+                      elementSize(dtype));
   request.output = output.data;
 
-  result.milliseconds = medianMilliseconds(reps, [&] { package.forwardDevice(request); });
+  Result result;
+  result.kernel = entryFor(manifest["kernels"], dtype);
+  result.milliseconds =
+      medianMilliseconds(reps, [&] { package.forwardDevice(request); });
   check(cudaGetLastError(), "the forward pass");
-  double tokenHeads = double(tokens) * shape.heads;
+  double tokenHeads = double(shape.batch * shape.tokens) * shape.heads;
   double c = manifest["plan"].value("chunk_size", 64);
   bool erase = manifest["normal_form"].value("erase", "none") != "none";
   double perTokenHead = erase ? 6 * k * v + 4 * c * (k + v) + 2.0 / 3.0 * c * c
                               : 4 * k * v + 2 * c * (k + v);
-  result.bytes = bytesPerTokenHead * tokenHeads;
+  result.bytes = arguments.bytesPerTokenHead * tokenHeads;
   result.flops = perTokenHead * tokenHeads;
+  return result;
+}
+
+Result decode(const Package &package, Shape shape, DType dtype, int reps) {
+  nlohmann::json manifest = nlohmann::json::parse(package.manifest());
+  RandomArguments arguments(package, shape, dtype);
+  // One slot per sequence, in reverse order so that no sequence reads the
+  // slot of its own index.
+  size_t stateFloats =
+      size_t(shape.batch) * shape.heads * package.keyDim() * package.stateColumns();
+  std::mt19937 rng(std::random_device{}());
+  auto pool = randomTensor(stateFloats, DType::Float32, false, rng);
+  DeviceBuffer output(size_t(shape.batch * shape.tokens) * shape.heads *
+                      package.valueDim() * elementSize(dtype));
+  DeviceDecodeRequest request;
+  request.dtype = dtype;
+  request.tensors = arguments.tensors;
+  request.statePool = static_cast<float *>(pool->data);
+  request.poolShape = {shape.batch, shape.heads, package.keyDim(),
+                       package.stateColumns()};
+  for (int64_t b = shape.batch - 1; b >= 0; --b)
+    request.stateIndices.push_back(b);
+  request.output = output.data;
+
+  Result result;
+  result.kernel = entryFor(manifest["decode"]["kernels"], dtype);
+  result.milliseconds =
+      medianMilliseconds(reps, [&] { package.decodeDevice(request); });
+  check(cudaGetLastError(), "the decode step");
+  // The state is read and written once; decode has no FLOP floor.
+  result.bytes = 2.0 * stateFloats * sizeof(float) +
+                 arguments.bytesPerTokenHead * shape.batch * shape.tokens *
+                     shape.heads;
   return result;
 }
 
@@ -207,12 +265,14 @@ double floorMilliseconds(const Result &result, const Ceilings &ceilings) {
                         result.flops / ceilings.gemmFlopsPerSecond);
 }
 
-std::string jsonLine(const Package &package, Shape shape, DType dtype,
-                     const Result &result, const Ceilings &ceilings) {
+std::string jsonLine(const Package &package, const char *mode, Shape shape,
+                     DType dtype, const Result &result,
+                     const Ceilings &ceilings) {
   double seconds = result.milliseconds * 1e-3;
   double floorMs = floorMilliseconds(result, ceilings);
   nlohmann::json line = {
       {"variant", package.layer()},
+      {"mode", mode},
       {"shape", {{"B", shape.batch}, {"T", shape.tokens}, {"H", shape.heads},
                  {"K", package.keyDim()}, {"V", package.valueDim()}}},
       {"dtype", dtypeName(dtype)},

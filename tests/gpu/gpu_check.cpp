@@ -409,8 +409,9 @@ int main(int argc, char **argv) {
     for (size_t p = 0; p < opened.size(); ++p) {
       const auto &package = opened[p];
       bench::Result result = bench::forward(*package, shape, DType::BFloat16, reps);
-      std::printf("%s\n", bench::jsonLine(*package, shape, DType::BFloat16, result,
-                                          ceilings).c_str());
+      std::printf("%s\n", bench::jsonLine(*package, "forward", shape,
+                                          DType::BFloat16, result, ceilings)
+                             .c_str());
       char row[160];
       double floorMs = bench::floorMilliseconds(result, ceilings);
       std::snprintf(row, sizeof row, "%-22s %-22s %9.3f %9.3f %7.1f%%",
@@ -424,6 +425,30 @@ int main(int argc, char **argv) {
     std::printf("%-22s %-22s %9s %9s %8s\n", "package", "kernel", "ms", "floor ms",
                 "of floor");
     for (const std::string &row : table)
+      std::printf("%s\n", row.c_str());
+
+    // Decode: one token, H16, fp32 state, bf16 activations; the floor is
+    // the copy ceiling's time for the state read and written once.
+    std::vector<std::string> decodeTable;
+    for (size_t p = 0; p < opened.size(); ++p)
+      for (int64_t batch : {64, 256}) {
+        bench::Shape decodeShape{batch, 1, 16};
+        bench::Result result = bench::decode(*opened[p], decodeShape,
+                                             DType::BFloat16, reps);
+        std::printf("%s\n", bench::jsonLine(*opened[p], "decode", decodeShape,
+                                            DType::BFloat16, result, ceilings)
+                               .c_str());
+        char row[160];
+        double floorMs = bench::floorMilliseconds(result, ceilings);
+        std::snprintf(row, sizeof row, "%-22s B%-4lld %9.4f %9.4f %7.1f%%",
+                      names[p].c_str(), (long long)batch, result.milliseconds,
+                      floorMs, 100.0 * floorMs / result.milliseconds);
+        decodeTable.push_back(row);
+      }
+    std::printf("\ndecode, one token, H16 K=V=128, fp32 state\n");
+    std::printf("%-22s %-5s %9s %9s %8s\n", "package", "batch", "ms",
+                "floor ms", "of copy");
+    for (const std::string &row : decodeTable)
       std::printf("%s\n", row.c_str());
   }
   std::printf("%s\n", ok ? "all checks passed" : "some checks FAILED");

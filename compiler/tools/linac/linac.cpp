@@ -3,7 +3,7 @@
 //   linac compile SPEC --target cpu|sm_90a|sm_80 -o NAME.linac   spec -> package
 //   linac run NAME.linac --inputs DIR --outputs DIR  .npy in, .npy out
 //   linac describe NAME.linac                        arguments and shapes
-//   linac bench NAME.linac... [--shape B,T,H]        GPU timings, JSON lines
+//   linac bench NAME.linac... [--shape B,T,H] [--decode]  GPU timings, JSON
 //
 //===----------------------------------------------------------------------===//
 
@@ -85,6 +85,11 @@ static cl::opt<std::string> benchDtype("dtype", cl::desc("bfloat16, float16 or f
                                        cl::init("bfloat16"), cl::sub(benchCommand));
 static cl::opt<int> benchReps("reps", cl::desc("Timed runs per case (median)"),
                               cl::init(50), cl::sub(benchCommand));
+static cl::opt<bool> benchDecode(
+    "decode",
+    cl::desc("Time decode steps: --shape B,T,H is B sequences of T new "
+             "tokens (default 64,1,16 and 256,1,16)"),
+    cl::sub(benchCommand));
 
 static int fail(const std::string &message) {
   llvm::errs() << "linac: error: " << message << "\n";
@@ -573,6 +578,8 @@ static int bench() {
                   text.str() + "'");
     shapes.push_back(shape);
   }
+  if (shapes.empty() && benchDecode)
+    shapes = {{64, 1, 16}, {256, 1, 16}};
   if (shapes.empty())
     shapes.push_back({});
   if (benchReps <= 0)
@@ -585,9 +592,12 @@ static int bench() {
     for (const auto &package : packages)
       for (const linac::bench::Shape &shape : shapes) {
         linac::bench::Result result =
-            linac::bench::forward(*package, shape, *dtype, benchReps);
-        llvm::outs() << linac::bench::jsonLine(*package, shape, *dtype, result,
-                                               ceilings)
+            benchDecode
+                ? linac::bench::decode(*package, shape, *dtype, benchReps)
+                : linac::bench::forward(*package, shape, *dtype, benchReps);
+        llvm::outs() << linac::bench::jsonLine(*package,
+                                               benchDecode ? "decode" : "forward",
+                                               shape, *dtype, result, ceilings)
                      << "\n";
         llvm::outs().flush();
       }

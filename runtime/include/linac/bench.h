@@ -39,10 +39,15 @@ struct Result {
 /// then the median of `reps` runs timed with CUDA events.
 Result forward(const Package &package, Shape shape, DType dtype, int reps = 50);
 
-/// One JSON line: variant, shape, dtype, ms, GB/s over the minimum bytes,
-/// TFLOP/s, % of floor and both ceilings.
-std::string jsonLine(const Package &package, Shape shape, DType dtype,
-                     const Result &result, const Ceilings &ceilings);
+/// Times a decode step of shape.tokens new tokens for each of shape.batch
+/// sequences, each in its own slot of a pool of shape.batch slots.
+Result decode(const Package &package, Shape shape, DType dtype, int reps = 50);
+
+/// One JSON line: variant, mode (forward or decode), shape, dtype, ms, GB/s
+/// over the minimum bytes, TFLOP/s, % of floor and both ceilings.
+std::string jsonLine(const Package &package, const char *mode, Shape shape,
+                     DType dtype, const Result &result,
+                     const Ceilings &ceilings);
 
 /// The floor in milliseconds: max(bytes / copy, FLOPs / GEMM).
 double floorMilliseconds(const Result &result, const Ceilings &ceilings);

@@ -17,6 +17,37 @@
 
 namespace linac::bench {
 
+size_t elementSize(DType dtype) { return dtype == DType::Float32 ? 4 : 2; }
+
+std::vector<char> encodeAs(const std::vector<float> &values, DType dtype) {
+  std::vector<char> bytes(values.size() * elementSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::Float32)
+      reinterpret_cast<float *>(bytes.data())[i] = values[i];
+    else if (dtype == DType::BFloat16)
+      reinterpret_cast<__nv_bfloat16 *>(bytes.data())[i] =
+          __float2bfloat16(values[i]);
+    else
+      reinterpret_cast<__half *>(bytes.data())[i] = __float2half(values[i]);
+  }
+  return bytes;
+}
+
+std::vector<float> decodeFrom(const std::vector<char> &bytes, DType dtype) {
+  std::vector<float> values(bytes.size() / elementSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::Float32)
+      values[i] = reinterpret_cast<const float *>(bytes.data())[i];
+    else if (dtype == DType::BFloat16)
+      values[i] = __bfloat162float(
+          reinterpret_cast<const __nv_bfloat16 *>(bytes.data())[i]);
+    else
+      values[i] =
+          __half2float(reinterpret_cast<const __half *>(bytes.data())[i]);
+  }
+  return values;
+}
+
 namespace {
 
 void check(cudaError_t status, const char *what) {
@@ -25,14 +56,29 @@ void check(cudaError_t status, const char *what) {
                 std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-/// Device memory freed on scope exit.
-struct DeviceBuffer {
-  void *data = nullptr;
-  explicit DeviceBuffer(size_t bytes) { check(cudaMalloc(&data, bytes), "cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(data); }
-  DeviceBuffer(const DeviceBuffer &) = delete;
-  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-};
+} // namespace
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  // A zero-byte tensor still gets an address the runtime can check.
+  check(cudaMalloc(&data_, std::max<size_t>(bytes, 1)), "cudaMalloc");
+}
+
+DeviceBuffer::DeviceBuffer(const std::vector<char> &host)
+    : DeviceBuffer(host.size()) {
+  check(cudaMemcpy(data_, host.data(), bytes_, cudaMemcpyHostToDevice),
+        "cudaMemcpy to the device");
+}
+
+DeviceBuffer::~DeviceBuffer() { cudaFree(data_); }
+
+std::vector<char> DeviceBuffer::download() const {
+  std::vector<char> host(bytes_);
+  check(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost),
+        "cudaMemcpy to the host");
+  return host;
+}
+
+namespace {
 
 /// Median milliseconds of `reps` runs of `body`, each between two events,
 /// after three untimed runs.
@@ -58,8 +104,6 @@ double medianMilliseconds(int reps, const std::function<void()> &body) {
   return times[reps / 2];
 }
 
-size_t elementSize(DType dtype) { return dtype == DType::Float32 ? 4 : 2; }
-
 /// `count` random values in `dtype`, uploaded: normal(0, 1), or uniform in
 /// [0.1, 0.9] for parameters. Drawn from a pool of 2^22 values at a random
 /// offset, since drawing billions one by one would dominate the run.
@@ -76,20 +120,10 @@ std::unique_ptr<DeviceBuffer> randomTensor(size_t count, DType dtype,
   }();
   std::uniform_real_distribution<float> unit(0.1f, 0.9f);
   size_t offset = rng() % kPool;
-  std::vector<char> host(count * elementSize(dtype));
-  for (size_t i = 0; i < count; ++i) {
-    float x = uniform ? unit(rng) : normals[(i + offset) & (kPool - 1)];
-    if (dtype == DType::Float32)
-      reinterpret_cast<float *>(host.data())[i] = x;
-    else if (dtype == DType::BFloat16)
-      reinterpret_cast<__nv_bfloat16 *>(host.data())[i] = __float2bfloat16(x);
-    else
-      reinterpret_cast<__half *>(host.data())[i] = __float2half(x);
-  }
-  auto buffer = std::make_unique<DeviceBuffer>(host.size());
-  check(cudaMemcpy(buffer->data, host.data(), host.size(), cudaMemcpyHostToDevice),
-        "cudaMemcpy");
-  return buffer;
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i)
+    values[i] = uniform ? unit(rng) : normals[(i + offset) & (kPool - 1)];
+  return std::make_unique<DeviceBuffer>(encodeAs(values, dtype));
 }
 
 double gemmFlopsPerSecond(int reps) {
@@ -124,8 +158,8 @@ double gemmFlopsPerSecond(int reps) {
   float alpha = 1.0f, beta = 0.0f;
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
   double ms = medianMilliseconds(reps, [&] {
-    status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a->data,
-                  CUDA_R_16BF, n, b->data, CUDA_R_16BF, n, &beta, c.data,
+    status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a->data(),
+                  CUDA_R_16BF, n, b->data(), CUDA_R_16BF, n, &beta, c.data(),
                   CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   });
   destroy(handle);
@@ -140,9 +174,9 @@ Ceilings measureCeilings(int reps) {
   Ceilings ceilings;
   constexpr size_t bytes = size_t(1) << 30;
   DeviceBuffer from(bytes), to(bytes);
-  check(cudaMemset(from.data, 1, bytes), "cudaMemset");
+  check(cudaMemset(from.data(), 1, bytes), "cudaMemset");
   double ms = medianMilliseconds(reps, [&] {
-    check(cudaMemcpyAsync(to.data, from.data, bytes, cudaMemcpyDeviceToDevice),
+    check(cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice),
           "cudaMemcpyAsync");
   });
   ceilings.copyBytesPerSecond = 2.0 * bytes / (ms * 1e-3);
@@ -182,7 +216,7 @@ struct RandomArguments {
                      (param ? 1 : shape.batch * shape.tokens);
       buffers.push_back(
           randomTensor(count, param ? DType::Float32 : dtype, param, rng));
-      tensors[arg.name] = {buffers.back()->data, dims};
+      tensors[arg.name] = {buffers.back()->data(), dims};
       if (!param)
         bytesPerTokenHead += double(size) * elementSize(dtype);
     }
@@ -210,7 +244,7 @@ Result forward(const Package &package, Shape shape, DType dtype, int reps) {
   request.tensors = arguments.tensors;
   DeviceBuffer output(size_t(shape.batch * shape.tokens) * shape.heads * v *
                       elementSize(dtype));
-  request.output = output.data;
+  request.output = output.data();
 
   Result result;
   result.kernel = entryFor(manifest["kernels"], dtype);
@@ -241,12 +275,12 @@ Result decode(const Package &package, Shape shape, DType dtype, int reps) {
   DeviceDecodeRequest request;
   request.dtype = dtype;
   request.tensors = arguments.tensors;
-  request.statePool = static_cast<float *>(pool->data);
+  request.statePool = static_cast<float *>(pool->data());
   request.poolShape = {shape.batch, shape.heads, package.keyDim(),
                        package.stateColumns()};
   for (int64_t b = shape.batch - 1; b >= 0; --b)
     request.stateIndices.push_back(b);
-  request.output = output.data;
+  request.output = output.data();
 
   Result result;
   result.kernel = entryFor(manifest["decode"]["kernels"], dtype);

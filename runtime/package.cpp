@@ -600,19 +600,12 @@ void Package::decodeDevice(const DeviceDecodeRequest &request) const {
   if (shape.batch == 0)
     return;
 
-  CUfunction function =
-      modules_->function(context, kernel.entry, kernel.sharedMemory);
   auto stream = static_cast<CUstream>(request.stream);
   cuda::StreamBuffer indices(request.stateIndices.data(),
                              request.stateIndices.size() * sizeof(int64_t),
                              stream);
   args.state_indices = reinterpret_cast<const int64_t *>(indices.address());
-  void *params[] = {&args};
-  cuda::check(cuda::driver().cuLaunchKernel(
-                  function, unsigned(shape.heads), unsigned(shape.batch), 1,
-                  kernel.blockThreads, 1, 1, kernel.sharedMemory, stream,
-                  params, nullptr),
-              "cuLaunchKernel('" + kernel.entry + "')");
+  launch(kernel, context, &args, shape.heads, shape.batch, stream);
 }
 
 void Package::forwardDevice(const DeviceForwardRequest &request) const {
@@ -635,8 +628,6 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
   if (shape.sequences == 0)
     return;
 
-  CUfunction function =
-      modules_->function(context, kernel.entry, kernel.sharedMemory);
   auto stream = static_cast<CUstream>(request.stream);
   std::optional<cuda::StreamBuffer> cuSeqlens;
   if (!request.cuSeqlens.empty()) {
@@ -644,9 +635,17 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
                       request.cuSeqlens.size() * sizeof(int64_t), stream);
     args.cu_seqlens = reinterpret_cast<const int64_t *>(cuSeqlens->address());
   }
-  void *params[] = {&args};
+  launch(kernel, context, &args, shape.heads, shape.sequences, stream);
+}
+
+void Package::launch(const CudaKernel &kernel, CUctx_st *context, void *args,
+                     int64_t heads, int64_t sequences,
+                     CUstream_st *stream) const {
+  CUfunction function =
+      modules_->function(context, kernel.entry, kernel.sharedMemory);
+  void *params[] = {args};
   cuda::check(cuda::driver().cuLaunchKernel(
-                  function, unsigned(shape.heads), unsigned(shape.sequences), 1,
+                  function, unsigned(heads), unsigned(sequences), 1,
                   kernel.blockThreads, 1, 1, kernel.sharedMemory, stream,
                   params, nullptr),
               "cuLaunchKernel('" + kernel.entry + "')");

@@ -180,6 +180,30 @@ TEST_F(RuntimeErrors, CorruptManifest) {
       << linac_last_error();
 }
 
+TEST_F(RuntimeErrors, DecodeEntryOfTheManifest) {
+  auto replaced = [](const std::string &from, const std::string &to) {
+    return [from, to](std::string m) {
+      size_t at = m.find(from);
+      EXPECT_NE(at, std::string::npos) << from;
+      return m.replace(at, from.size(), to);
+    };
+  };
+  struct Case {
+    std::string from, to, message;
+  };
+  for (const Case &c :
+       {Case{"\"entry\": \"linac_cpu_decode\"", "\"entry\": \"decode_elsewhere\"",
+             "kernel has no entry 'decode_elsewhere'"},
+        Case{"\"state_layout\": \"key_major\"", "\"state_layout\": \"value_major\"",
+             "decode state layout \"value_major\" is not key_major"}}) {
+    fs::path path = editedPackage("decode.linac", replaced(c.from, c.to));
+    linac_package *handle = nullptr;
+    EXPECT_EQ(linac_package_open(path.c_str(), &handle), LINAC_ERROR_PACKAGE);
+    EXPECT_NE(std::string(linac_last_error()).find(c.message), std::string::npos)
+        << linac_last_error();
+  }
+}
+
 TEST_F(RuntimeErrors, NotAPackage) {
   linac_package *handle = nullptr;
   EXPECT_EQ(linac_package_open(work.c_str(), &handle), LINAC_ERROR_PACKAGE);

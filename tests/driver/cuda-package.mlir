@@ -20,6 +20,7 @@
 // RUN: not linac bench %t.linac --dtype int8 2>&1 | FileCheck %s --check-prefix=BENCHDTYPE
 // RUN: not linac bench %t.linac --shape 8,4096 2>&1 | FileCheck %s --check-prefix=BENCHSHAPE
 // RUN: not linac bench %t.missing.linac 2>&1 | FileCheck %s --check-prefix=BENCHMISSING
+// RUN: not linac bench %t.linac --reps 0 2>&1 | FileCheck %s --check-prefix=BENCHREPS
 // RUN: rm -rf %t.nocompiler.linac
 // RUN: not env NVCC=/nonexistent/nvcc linac compile %s --target sm_90a -o %t.nocompiler.linac 2>&1 | FileCheck %s --check-prefix=NONVCC
 
@@ -67,6 +68,7 @@
 // BENCHDTYPE: error: unknown dtype 'int8'; expected bfloat16, float16 or float32
 // BENCHSHAPE: error: --shape takes B,T,H as positive integers, got '8,4096'
 // BENCHMISSING: error: {{.*}}no manifest.json
+// BENCHREPS: error: --reps must be positive
 // NONVCC: error: /nonexistent/nvcc (from NVCC) is not an executable
 
 !key = tensor<16xf32, #linac.key>

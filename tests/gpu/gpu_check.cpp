@@ -36,6 +36,9 @@
 
 using namespace linac;
 using namespace linac::harness;
+using linac::bench::DeviceBuffer;
+using linac::bench::decodeFrom;
+using linac::bench::encodeAs;
 
 namespace {
 
@@ -49,53 +52,8 @@ void check(cudaError_t status, const char *what) {
 float roundBFloat16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 float roundHalf(float x) { return __half2float(__float2half(x)); }
 
-size_t elementSize(DType dtype) { return dtype == DType::Float32 ? 4 : 2; }
-
-/// Host floats as `dtype`, or back.
-std::vector<char> encode(const std::vector<float> &values, DType dtype) {
-  std::vector<char> bytes(values.size() * elementSize(dtype));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::Float32)
-      reinterpret_cast<float *>(bytes.data())[i] = values[i];
-    else if (dtype == DType::BFloat16)
-      reinterpret_cast<__nv_bfloat16 *>(bytes.data())[i] = __float2bfloat16(values[i]);
-    else
-      reinterpret_cast<__half *>(bytes.data())[i] = __float2half(values[i]);
-  }
-  return bytes;
-}
-std::vector<float> decode(const std::vector<char> &bytes, DType dtype) {
-  std::vector<float> values(bytes.size() / elementSize(dtype));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::Float32)
-      values[i] = reinterpret_cast<const float *>(bytes.data())[i];
-    else if (dtype == DType::BFloat16)
-      values[i] = __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(bytes.data())[i]);
-    else
-      values[i] = __half2float(reinterpret_cast<const __half *>(bytes.data())[i]);
-  }
-  return values;
-}
-
-struct DeviceBuffer {
-  void *data = nullptr;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t size) : bytes(size) {
-    check(cudaMalloc(&data, std::max<size_t>(size, 1)), "cudaMalloc");
-  }
-  explicit DeviceBuffer(const std::vector<char> &host) : DeviceBuffer(host.size()) {
-    check(cudaMemcpy(data, host.data(), bytes, cudaMemcpyHostToDevice), "upload");
-  }
-  ~DeviceBuffer() { cudaFree(data); }
-  std::vector<char> download() const {
-    std::vector<char> host(bytes);
-    check(cudaMemcpy(host.data(), data, bytes, cudaMemcpyDeviceToHost), "download");
-    return host;
-  }
-};
-
 std::vector<char> nanBytes(size_t count, DType dtype) {
-  return encode(std::vector<float>(count, std::nanf("")), dtype);
+  return encodeAs(std::vector<float>(count, std::nanf("")), dtype);
 }
 
 using RoundFn = float (*)(float);
@@ -114,8 +72,8 @@ struct DeviceArguments {
   DeviceArguments(const std::map<std::string, Argument> &arguments, DType dtype) {
     for (const auto &[name, argument] : arguments) {
       buffers.push_back(std::make_unique<DeviceBuffer>(
-          encode(argument.values, argument.param ? DType::Float32 : dtype)));
-      tensors[name] = {buffers.back()->data, argument.shape};
+          encodeAs(argument.values, argument.param ? DType::Float32 : dtype)));
+      tensors[name] = {buffers.back()->data(), argument.shape};
     }
   }
 };
@@ -135,17 +93,17 @@ forwardOnDevice(const Package &package,
   request.tensors = device.tensors;
   std::unique_ptr<DeviceBuffer> initial;
   if (!initialState.empty()) {
-    initial = std::make_unique<DeviceBuffer>(encode(initialState, DType::Float32));
-    request.initialState = static_cast<const float *>(initial->data);
+    initial = std::make_unique<DeviceBuffer>(encodeAs(initialState, DType::Float32));
+    request.initialState = static_cast<const float *>(initial->data());
   }
   DeviceBuffer output(nanBytes(outputSize, dtype));
   DeviceBuffer finalState(nanBytes(stateSize, DType::Float32));
-  request.output = output.data;
-  request.finalState = static_cast<float *>(finalState.data);
+  request.output = output.data();
+  request.finalState = static_cast<float *>(finalState.data());
   package.forwardDevice(request);
   check(cudaDeviceSynchronize(), "the forward pass");
-  return {decode(output.download(), dtype),
-          decode(finalState.download(), DType::Float32)};
+  return {decodeFrom(output.download(), dtype),
+          decodeFrom(finalState.download(), DType::Float32)};
 }
 
 /// A decode step on the device; `pool` is updated in place and the outputs
@@ -157,19 +115,19 @@ std::vector<float> decodeOnDevice(const Package &package,
                                   const std::vector<int64_t> &indices,
                                   size_t outputSize, DType dtype) {
   DeviceArguments device(arguments, dtype);
-  DeviceBuffer devicePool(encode(pool, DType::Float32));
+  DeviceBuffer devicePool(encodeAs(pool, DType::Float32));
   DeviceBuffer output(nanBytes(outputSize, dtype));
   DeviceDecodeRequest request;
   request.dtype = dtype;
   request.tensors = device.tensors;
-  request.statePool = static_cast<float *>(devicePool.data);
+  request.statePool = static_cast<float *>(devicePool.data());
   request.poolShape = poolShape;
   request.stateIndices = indices;
-  request.output = output.data;
+  request.output = output.data();
   package.decodeDevice(request);
   check(cudaDeviceSynchronize(), "the decode step");
-  pool = decode(devicePool.download(), DType::Float32);
-  return decode(output.download(), dtype);
+  pool = decodeFrom(devicePool.download(), DType::Float32);
+  return decodeFrom(output.download(), dtype);
 }
 
 /// Runs `c` on the device in `dtype` and compares with the reference.

@@ -327,6 +327,11 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
       {[](auto &m) { m["kernels"] = nlohmann::json::array(); },
        "manifest lists no kernels"},
       {[](auto &m) { m["target"] = "sm_70"; }, "package is for target 'sm_70'"},
+      {[](auto &m) { m.erase("decode"); }, "corrupt manifest"},
+      {[](auto &m) { m["decode"]["state_layout"] = "value_major"; },
+       "decode state layout \"value_major\" is not key_major"},
+      {[](auto &m) { m["decode"]["kernels"][0]["file"] = "other.cubin"; },
+       "kernel 'linac_decode_float32' is in 'other.cubin'"},
   };
   for (const Case &c : cases) {
     nlohmann::json manifest = cudaManifest();
@@ -389,6 +394,16 @@ TEST_F(CudaPackage, DeviceDecodeChecksItsArguments) {
                       linac::Error::Kind::InvalidArgument),
             "package for target 'sm_90a' runs on a CUDA device; call the "
             "device entry points");
+
+  linac_device_decode_args noPool{};
+  noPool.num_sequences = 2;
+  linac_package *handle = nullptr;
+  std::string path = write(cudaManifest()).string();
+  ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);
+  EXPECT_EQ(linac_decode_device(handle, &noPool), LINAC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(linac_last_error()),
+            "linac_decode_device needs pool_shape and state_indices");
+  linac_package_close(handle);
 
   if (void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
     dlclose(driver);

@@ -13,8 +13,33 @@
 #include "linac/package.h"
 
 #include <string>
+#include <vector>
 
 namespace linac::bench {
+
+/// Bytes per element of `dtype`.
+size_t elementSize(DType dtype);
+/// Host floats as `dtype`'s bytes (rounded to nearest), and back.
+std::vector<char> encodeAs(const std::vector<float> &values, DType dtype);
+std::vector<float> decodeFrom(const std::vector<char> &bytes, DType dtype);
+
+/// Device memory, freed on scope exit; CUDA failures throw Error.
+class DeviceBuffer {
+public:
+  explicit DeviceBuffer(size_t bytes);
+  /// A copy of `host` on the device.
+  explicit DeviceBuffer(const std::vector<char> &host);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+
+  void *data() const { return data_; }
+  std::vector<char> download() const;
+
+private:
+  void *data_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 struct Ceilings {
   double copyBytesPerSecond = 0; ///< bytes read plus written

@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+// The driver's context and stream handles, as cuda.h declares them.
+struct CUctx_st;
+struct CUstream_st;
+
 namespace linac {
 
 namespace cuda {
@@ -181,6 +185,10 @@ private:
   void *decode_ = nullptr;
   int64_t maxDecodeTokens_ = 0;
   std::vector<CudaKernel> decodeKernels_;
+  /// Launches `kernel` on a (heads, sequences) grid with one argument
+  /// struct.
+  void launch(const CudaKernel &kernel, CUctx_st *context, void *args,
+              int64_t heads, int64_t sequences, CUstream_st *stream) const;
   /// Fills a kernel's input and parameter pointers, refusing host memory.
   template <typename Args>
   void deviceArguments(const std::map<std::string, DeviceTensor> &tensors,

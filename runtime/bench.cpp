@@ -278,8 +278,14 @@ Result decode(const Package &package, Shape shape, DType dtype, int reps) {
   request.statePool = static_cast<float *>(pool->data());
   request.poolShape = {shape.batch, shape.heads, package.keyDim(),
                        package.stateColumns()};
+  std::vector<int64_t> indices;
   for (int64_t b = shape.batch - 1; b >= 0; --b)
-    request.stateIndices.push_back(b);
+    indices.push_back(b);
+  DeviceBuffer deviceIndices(std::vector<char>(
+      reinterpret_cast<const char *>(indices.data()),
+      reinterpret_cast<const char *>(indices.data() + indices.size())));
+  request.stateIndices = static_cast<const int64_t *>(deviceIndices.data());
+  request.numStateIndices = indices.size();
   request.output = output.data();
 
   Result result;

@@ -4,6 +4,7 @@
 
 #include "linac/package.h"
 
+#include <algorithm>
 #include <dlfcn.h>
 #include <type_traits>
 
@@ -151,6 +152,28 @@ CUfunction ModuleCache::function(CUcontext context, const std::string &entry,
           "cuFuncSetAttribute('" + entry + "')");
   functions.emplace(entry, function);
   return function;
+}
+
+int64_t ModuleCache::residentBlocks(CUcontext context, const std::string &entry,
+                                    unsigned blockThreads,
+                                    unsigned sharedMemory) {
+  CUfunction kernel = function(context, entry, sharedMemory);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto key = std::make_pair(context, entry);
+  if (auto known = residentBlocks_.find(key); known != residentBlocks_.end())
+    return known->second;
+  int perMultiprocessor = 0, multiprocessors = 0;
+  check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &perMultiprocessor, kernel, int(blockThreads), sharedMemory),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor('" + entry + "')");
+  CUdevice device;
+  check(driver().cuCtxGetDevice(&device), "cuCtxGetDevice");
+  check(driver().cuDeviceGetAttribute(
+            &multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+        "cuDeviceGetAttribute");
+  int64_t blocks = int64_t(std::max(perMultiprocessor, 1)) * multiprocessors;
+  residentBlocks_.emplace(key, blocks);
+  return blocks;
 }
 
 } // namespace linac::cuda

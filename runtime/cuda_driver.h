@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace linac::cuda {
 
@@ -32,6 +33,9 @@ namespace linac::cuda {
   X(cuCtxSetCurrent)                                                           \
   X(cuCtxPushCurrent)                                                          \
   X(cuCtxPopCurrent)                                                           \
+  X(cuCtxGetDevice)                                                            \
+  X(cuDeviceGetAttribute)                                                      \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                               \
   X(cuModuleLoadData)                                                          \
   X(cuModuleUnload)                                                            \
   X(cuModuleGetFunction)                                                       \
@@ -94,6 +98,10 @@ public:
   /// dynamic shared memory. Safe to call from several threads.
   CUfunction function(CUcontext context, const std::string &entry,
                       unsigned sharedMemory);
+  /// How many blocks of `entry` the current context's device runs at once
+  /// (at least one per multiprocessor). Safe to call from several threads.
+  int64_t residentBlocks(CUcontext context, const std::string &entry,
+                         unsigned blockThreads, unsigned sharedMemory);
 
 private:
   struct Module {
@@ -103,6 +111,7 @@ private:
   std::string image_;
   std::mutex mutex_;
   std::map<CUcontext, Module> modules_;
+  std::map<std::pair<CUcontext, std::string>, int64_t> residentBlocks_;
 };
 
 } // namespace linac::cuda

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 namespace linac {
 
@@ -468,8 +469,8 @@ size_t Package::checkPool(int64_t poolSlots,
 
 ForwardShape
 Package::checkDecode(const std::map<std::string, std::vector<int64_t>> &shapes,
-                     const std::vector<int64_t> &pool,
-                     const std::vector<int64_t> &indices, float scale) const {
+                     const std::vector<int64_t> &pool, size_t numIndices,
+                     float scale) const {
   ForwardShape shape = checkShapes(shapes, {}, scale);
   if (shape.tokens < 1 || shape.tokens > maxDecodeTokens_)
     throw argumentError("decode takes 1 to " + std::to_string(maxDecodeTokens_) +
@@ -482,18 +483,18 @@ Package::checkDecode(const std::map<std::string, std::vector<int64_t>> &shapes,
                         ", expected [P, " + std::to_string(shape.heads) + ", " +
                         std::to_string(keyDim_) + ", " +
                         std::to_string(stateColumns()) + "]");
-  if (int64_t(indices.size()) != shape.batch)
-    throw argumentError("state_indices has " + std::to_string(indices.size()) +
+  if (int64_t(numIndices) != shape.batch)
+    throw argumentError("state_indices has " + std::to_string(numIndices) +
                         " entries for " + std::to_string(shape.batch) +
                         " sequences");
-  checkPool(pool[0], indices);
   return shape;
 }
 
 void Package::decode(const DecodeRequest &request) const {
   requireTarget(/*device=*/false);
   ForwardShape shape = checkDecode(shapesOf(request.tensors), request.poolShape,
-                                   request.stateIndices, request.scale);
+                                   request.stateIndices.size(), request.scale);
+  checkPool(request.poolShape[0], request.stateIndices);
   for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
     for (const ArgumentInfo &arg : *args)
       checkPointer(request.tensors.at(arg.name).data, sizeof(float),
@@ -574,17 +575,15 @@ void Package::decodeDevice(const DeviceDecodeRequest &request) const {
   requireTarget(/*device=*/true);
   const CudaKernel &kernel = kernelFor(request.dtype, decodeKernels_);
   ForwardShape shape = checkDecode(shapesOf(request.tensors), request.poolShape,
-                                   request.stateIndices, request.scale);
+                                   request.numStateIndices, request.scale);
   checkDevicePointers(request.tensors, request.dtype);
   size_t elementSize = sizeOf(request.dtype);
   checkPointer(request.statePool, sizeof(float), "state pool");
   if (!request.output)
     throw argumentError("no output buffer");
   checkPointer(request.output, elementSize, "output");
-  if (shape.batch > kMaxCudaSequences)
-    throw argumentError(
-        "CUDA kernels run at most " + std::to_string(kMaxCudaSequences) +
-        " sequences per call, got " + std::to_string(shape.batch));
+  if (shape.batch)
+    checkPointer(request.stateIndices, sizeof(int64_t), "state_indices");
 
   CUcontext context = cuda::currentContext();
   linac_cuda_decode_args args{};
@@ -592,20 +591,25 @@ void Package::decodeDevice(const DeviceDecodeRequest &request) const {
   args.tokens = shape.tokens;
   args.num_heads = shape.heads;
   deviceArguments(request.tensors, args);
+  requireDeviceMemory(request.stateIndices, "state_indices");
   requireDeviceMemory(request.statePool, "state pool");
   requireDeviceMemory(request.output, "output");
   args.state_pool = request.statePool;
+  args.pool_slots = request.poolShape[0];
+  args.state_indices = request.stateIndices;
   args.output = request.output;
   args.scale = scaleOrDefault(request.scale, keyDim_);
   if (shape.batch == 0)
     return;
 
-  auto stream = static_cast<CUstream>(request.stream);
-  cuda::StreamBuffer indices(request.stateIndices.data(),
-                             request.stateIndices.size() * sizeof(int64_t),
-                             stream);
-  args.state_indices = reinterpret_cast<const int64_t *>(indices.address());
-  launch(kernel, context, &args, shape.heads, shape.batch, stream);
+  // As many blocks as the device runs at once, each taking (head, sequence)
+  // items in turn, or one per item when there are fewer.
+  int64_t items = shape.batch * shape.heads;
+  int64_t resident = modules_->residentBlocks(context, kernel.entry,
+                                              kernel.blockThreads,
+                                              kernel.sharedMemory);
+  launch(kernel, context, &args, std::min(items, resident), 1,
+         static_cast<CUstream>(request.stream));
 }
 
 void Package::forwardDevice(const DeviceForwardRequest &request) const {
@@ -727,8 +731,13 @@ static Request decodeRequestOf(const char *caller, const linac_package *package,
   request.tensors = tensorsOf<Tensor>(args->tensors, args->num_tensors);
   request.statePool = args->state_pool;
   request.poolShape.assign(args->pool_shape, args->pool_shape + 4);
-  request.stateIndices.assign(args->state_indices,
-                              args->state_indices + args->num_sequences);
+  if constexpr (std::is_same_v<Request, linac::DecodeRequest>) {
+    request.stateIndices.assign(args->state_indices,
+                                args->state_indices + args->num_sequences);
+  } else {
+    request.stateIndices = args->state_indices;
+    request.numStateIndices = args->num_sequences;
+  }
   request.output = args->output;
   request.scale = args->scale;
   return request;

@@ -3,7 +3,7 @@
 // Lowers a planned layer to a `Layer` struct for templates/linac/cpu/layer.h
 // or templates/linac/cuda/layer.h: constants from the normal form and plan,
 // and straight-line code for the prologue and epilogue (chunkwise families)
-// and the whole step (recurrent scan). The bodies are the same text on every
+// and the whole step (recurrent scan, decode). The bodies are the same text on every
 // target; a Flavor names the vector types each function computes with.
 //
 //===----------------------------------------------------------------------===//
@@ -53,6 +53,7 @@ struct Flavor {
 const Flavor kCpuFlavor{"Vec<{}>", "Vec<{}>", "Vec<{}>"};
 const Flavor kWarpFlavor{"WarpVec<{}>", "WarpVec<{}>", "", true};
 const Flavor kScanFlavor{"FullVec<{}>", "ColumnVec<{}>", "MatrixColumn<K, V>"};
+const Flavor kDecodeFlavor{"RowSlice<{}>", "LaneVec<{}>", "MatrixTile<K, V>"};
 
 std::string floatLiteral(double value) {
   std::string digits = fmt::format("{:.9g}", value);
@@ -453,12 +454,14 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
                "template <typename Token, typename Out> LINAC_DEVICE static "
                "void epilogue(const Token &token, const WarpVec<V> &read, "
                "Out *out)"));
-  out += (recurrent ? "" : "\n") + nested("Scan",
-                emitter.stepFunction(
-                    kScanFlavor,
-                    "template <typename Token, typename State, typename Out> "
-                    "LINAC_DEVICE static void step(const Token &token, "
-                    "State &state, float scale, Out *out)")) +
+  StringRef stepSignature =
+      "template <typename Token, typename State, typename Out> "
+      "LINAC_DEVICE static void step(const Token &token, "
+      "State &state, float scale, Out *out)";
+  out += (recurrent ? "" : "\n") +
+         nested("Scan", emitter.stepFunction(kScanFlavor, stepSignature)) +
+         "\n" +
+         nested("Decode", emitter.stepFunction(kDecodeFlavor, stepSignature)) +
          "};\n\n} // namespace\n\n";
   if (!recurrent)
     out += fmt::format(
@@ -471,7 +474,13 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
             .getInt());
   else
     out += "LINAC_SCAN_KERNELS(Layer)\n";
-  out += "LINAC_DECODE_KERNELS(Layer)\n";
+  out += fmt::format(
+      "static_assert(linac::cuda::decodeSharedBytes<Layer>() == {}, "
+      "\"the plan's decode shared memory\");\n"
+      "LINAC_DECODE_KERNELS(Layer)\n",
+      layer->getAttrOfType<DictionaryAttr>(kPlanAttr)
+          .getAs<IntegerAttr>("decode_shared_memory")
+          .getInt());
   if (emitter.failed)
     return failure();
   return out;

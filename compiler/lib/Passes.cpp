@@ -80,6 +80,17 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
          8 * stagePerWarp;
 }
 
+/// Dynamic shared memory of the decode kernel: decodeSharedBytes in
+/// templates/linac/cuda/decode.h, one head's state staged per block of 8
+/// warps (each warp ceil(K / 8) key rows, each lane four value columns per
+/// 128, and the normaliser's rows once per lane).
+int64_t decodeSharedBytes(StateType state) {
+  int64_t rows = (state.getKeyDim() + 7) / 8;
+  int64_t slots = (state.getValueDim() + 127) / 128 * 4;
+  int64_t staged = rows * slots + (state.getNormalized() ? rows : 0);
+  return (staged + 3) / 4 * 4 * 256 * 4;
+}
+
 /// The most dynamic shared memory one block may have.
 int64_t sharedMemoryLimit(StringRef target) {
   return target == "sm_90a" ? 227 * 1024 : 163 * 1024;
@@ -109,6 +120,15 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       };
       StateType state = layer.getStateType();
       int64_t valueDim = state.getValueDim();
+      // Decode reads and writes each head's state once per step, key rows
+      // split over 8 warps and each row one coalesced access along the value
+      // axis, so the pool keeps the forward pass's key-major layout.
+      add("decode_state_layout", b.getStringAttr("key_major"));
+      if (gpu) {
+        add("decode_block_threads", b.getI64IntegerAttr(256));
+        add("decode_shared_memory",
+            b.getI64IntegerAttr(decodeSharedBytes(state)));
+      }
       // Why a chunkable body still runs as a scan on GPUs: the chunkwise
       // kernel keeps a head's whole state in one block's registers and
       // takes gate factors on the key side only.

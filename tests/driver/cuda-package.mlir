@@ -27,7 +27,7 @@
 // MANIFEST: "decode": {
 // MANIFEST-NEXT: "kernels": [
 // MANIFEST-NEXT: {
-// MANIFEST-NEXT: "block_threads": 32,
+// MANIFEST-NEXT: "block_threads": 256,
 // MANIFEST-NEXT: "dtype": "float32",
 // MANIFEST-NEXT: "entry": "linac_decode_float32",
 // MANIFEST: "entry": "linac_decode_bfloat16",
@@ -57,6 +57,8 @@
 // SOURCE: struct Chunk {
 // SOURCE: out.gk = v{{[0-9]+}};
 // SOURCE: struct Scan {
+// SOURCE: struct Decode {
+// SOURCE: RowSlice<16>::load(token.input(0))
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
 // SOURCE: LINAC_CHUNK_KERNELS(Layer)
 // SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)

@@ -1,17 +1,17 @@
 //===- gpu_check.cpp - CUDA packages against the fp64 reference -----------===//
 //
-//   linac-gpu-check [--bench] [--reps N] NAME.linac...
+//   linac-gpu-check [--bench | --bench-only] [--reps N] NAME.linac...
 //
 // Runs each package on the GPU over the cases below on fresh random inputs,
 // outputs poisoned with NaN first, and compares outputs and final states
 // with the fp64 reference: relative error at most 1e-2 for bf16 and fp16
 // inputs, 1e-4 for fp32, every element written and finite. Then decode in
-// bf16 and fp32: steps of 1 and 8 tokens on a state pool (one sequence
+// bf16 and fp32: steps of 1 and 8 tokens on a state pool (two sequences
 // skipped, slots out of order) against the reference, and a prefill
 // followed by a decode step against one prefill of all the tokens. With --bench it
 // then times every package at B8 T4096 H16 in bf16 (one JSON line each, as
-// `linac bench` prints) and prints a table last. Exits non-zero on any
-// failed check.
+// `linac bench` prints) and prints a table last; --bench-only skips the
+// checks (for profilers). Exits non-zero on any failed check.
 //
 //===----------------------------------------------------------------------===//
 
@@ -122,7 +122,11 @@ std::vector<float> decodeOnDevice(const Package &package,
   request.tensors = device.tensors;
   request.statePool = static_cast<float *>(devicePool.data());
   request.poolShape = poolShape;
-  request.stateIndices = indices;
+  DeviceBuffer deviceIndices(std::vector<char>(
+      reinterpret_cast<const char *>(indices.data()),
+      reinterpret_cast<const char *>(indices.data() + indices.size())));
+  request.stateIndices = static_cast<const int64_t *>(deviceIndices.data());
+  request.numStateIndices = indices.size();
   request.output = output.data();
   package.decodeDevice(request);
   check(cudaDeviceSynchronize(), "the decode step");
@@ -141,24 +145,28 @@ Outcome runCase(const Package &package, const Case &c, DType dtype) {
   return compare(problem, output, finalState);
 }
 
-/// A decode step of `tokens` for 4 sequences on a pool of 5 slots: sequence
-/// 1 skipped, the others in slots 2, 0 and 4. Errors are the worst over the
-/// decoded sequences and their slots; `finite` also requires the skipped
-/// sequence's outputs and the unused slots to be left alone.
+/// A decode step of `tokens` for 5 sequences on a pool of 5 slots:
+/// sequences 1 and 4 skipped, the others in slots 2, 0 and 4. Errors are the
+/// worst over the decoded sequences and their slots; `finite` also requires
+/// the skipped sequences' outputs and the unused slots to be left alone.
 Outcome runDecodeCase(const Package &package, int64_t tokens, DType dtype) {
   Dims dims{int(package.keyDim()), int(package.valueDim())};
   Case c;
-  c.batch = 4;
+  c.batch = 5;
   c.tokens = tokens;
   c.heads = 4;
   c.keyHeads = 4;
   c.initialState = true;
   Problem problem = makeProblem(package, dims, c, roundingOf(dtype));
-  std::vector<int64_t> indices{2, -1, 0, 4};
+  // Sequences 1 (slot -1) and 4 (a slot past the pool) are skipped.
   int64_t slots = 5;
+  std::vector<int64_t> indices{2, -1, 0, 4, slots};
+  auto skipped = [&](size_t b) { return indices[b] < 0 || indices[b] >= slots; };
+  std::vector<int64_t> poolIndices = indices;
+  poolIndices.back() = -1;
   size_t slotSize = size_t(package.keyDim()) * package.stateColumns() * c.heads;
   std::vector<float> pool(slots * slotSize, 0.5f);
-  package.statesToPool(problem.initialState.data(), c.heads, indices,
+  package.statesToPool(problem.initialState.data(), c.heads, poolIndices,
                        pool.data(), slots);
   std::vector<float> before = pool;
   std::vector<float> output = decodeOnDevice(
@@ -170,7 +178,7 @@ Outcome runDecodeCase(const Package &package, int64_t tokens, DType dtype) {
   Outcome outcome;
   size_t row = size_t(tokens) * c.heads * package.valueDim();
   for (size_t b = 0; b < indices.size(); ++b) {
-    if (indices[b] < 0) {
+    if (skipped(b)) {
       for (size_t i = b * row; i < (b + 1) * row; ++i)
         outcome.finite &= std::isnan(output[i]);
       continue;
@@ -284,19 +292,21 @@ std::vector<NamedCase> cases() {
 } // namespace
 
 int main(int argc, char **argv) {
-  bool bench = false;
+  bool bench = false, runChecks = true;
   int reps = 50;
   std::vector<std::string> packages;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench"))
       bench = true;
+    else if (!std::strcmp(argv[i], "--bench-only"))
+      bench = true, runChecks = false;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::atoi(argv[++i]);
     else
       packages.push_back(argv[i]);
   }
   if (packages.empty()) {
-    std::fprintf(stderr, "usage: %s [--bench] [--reps N] NAME.linac...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--bench | --bench-only] [--reps N] NAME.linac...\n", argv[0]);
     return 2;
   }
   check(cudaFree(nullptr), "CUDA initialisation");
@@ -339,6 +349,8 @@ int main(int argc, char **argv) {
                         }});
     }
     for (const Check &check : checks) {
+      if (!runChecks)
+        break;
       DType dtype = check.dtype;
       double tolerance = dtype == DType::Float32 ? 1e-4 : 1e-2;
       std::string verdict;

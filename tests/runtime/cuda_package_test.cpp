@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "linac/cuda/abi.h"
 #include "linac/package.h"
 #include "linac/runtime.h"
 
@@ -45,7 +46,7 @@ nlohmann::json cudaManifest() {
   return {
       {"format", 1},
       {"target", "sm_90a"},
-      {"cuda_abi_version", 1},
+      {"cuda_abi_version", LINAC_CUDA_ABI_VERSION},
       {"layer", "toy"},
       {"key_dim", kDim},
       {"value_dim", kDim},
@@ -316,8 +317,9 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
       {[](auto &m) { m["kernels"][2].erase("shared_memory"); },
        "corrupt manifest"},
       {[](auto &m) { m.erase("cuda_abi_version"); }, "corrupt manifest"},
-      {[](auto &m) { m["cuda_abi_version"] = 2; },
-       "kernels were built for CUDA ABI version 2"},
+      {[](auto &m) { m["cuda_abi_version"] = LINAC_CUDA_ABI_VERSION + 1; },
+       "kernels were built for CUDA ABI version " +
+           std::to_string(LINAC_CUDA_ABI_VERSION + 1)},
       {[](auto &m) { m["kernels"][0]["dtype"] = "float64"; },
        "kernel 'linac_chunk_bfloat16' has dtype \"float64\""},
       {[](auto &m) { m["kernels"][1]["block_threads"] = 2048; },
@@ -365,7 +367,8 @@ TEST_F(CudaPackage, DeviceDecodeChecksItsArguments) {
                     {"A_log", tensor({2})}};
   decode.statePool = storage;
   decode.poolShape = {3, 2, kDim, kDim};
-  decode.stateIndices = {2, -1};
+  decode.stateIndices = reinterpret_cast<const int64_t *>(storage);
+  decode.numStateIndices = 2;
   decode.output = storage;
   auto invalid = [&](linac::DeviceDecodeRequest r) {
     return rejection([&] { package->decodeDevice(r); },
@@ -375,9 +378,12 @@ TEST_F(CudaPackage, DeviceDecodeChecksItsArguments) {
   linac::DeviceDecodeRequest bf16 = decode;
   bf16.dtype = linac::DType::BFloat16;
   EXPECT_EQ(invalid(bf16), "package has no bfloat16 kernel; it has float32");
-  linac::DeviceDecodeRequest twice = decode;
-  twice.stateIndices = {1, 1};
-  EXPECT_EQ(invalid(twice), "pool slot 1 is given to two sequences");
+  linac::DeviceDecodeRequest count = decode;
+  count.numStateIndices = 1;
+  EXPECT_EQ(invalid(count), "state_indices has 1 entries for 2 sequences");
+  linac::DeviceDecodeRequest noIndices = decode;
+  noIndices.stateIndices = nullptr;
+  EXPECT_EQ(invalid(noIndices), "state_indices has no data");
   linac::DeviceDecodeRequest pool = decode;
   pool.poolShape = {3, 2, kDim};
   EXPECT_EQ(invalid(pool), "state pool has shape [3, 2, " + std::to_string(kDim) +

@@ -305,7 +305,9 @@ static llvm::json::Array kernelList(linac::LayerOp layer, StringRef file) {
 
 /// Decode kernels of a GPU package, one per activation dtype.
 static llvm::json::Array decodeKernelList(linac::LayerOp layer, StringRef file) {
-  int64_t threads = scanBlockThreads(layer);
+  auto plan = layer->getAttrOfType<DictionaryAttr>(linac::kPlanAttr);
+  int64_t threads = plan.getAs<IntegerAttr>("decode_block_threads").getInt();
+  int64_t shared = plan.getAs<IntegerAttr>("decode_shared_memory").getInt();
   llvm::json::Array kernels;
   for (StringRef dtype : {"float32", "bfloat16", "float16"})
     kernels.push_back(llvm::json::Object{
@@ -314,7 +316,7 @@ static llvm::json::Array decodeKernelList(linac::LayerOp layer, StringRef file) 
         {"dtype", dtype},
         {"family", "recurrent"},
         {"block_threads", threads},
-        {"shared_memory", 0}});
+        {"shared_memory", shared}});
   return kernels;
 }
 
@@ -412,10 +414,11 @@ static int compile() {
       {"kernels", kernelList(layer, tools->kernel)},
       {"step", linac::emitStepProgram(layer)},
   };
-  // States in the pool are laid out as the forward pass's: key-major, which
-  // the scan's column per thread reads coalesced.
-  llvm::json::Object decode{{"max_tokens", kMaxDecodeTokens},
-                            {"state_layout", "key_major"}};
+  llvm::json::Object decode{
+      {"max_tokens", kMaxDecodeTokens},
+      {"state_layout", layer->getAttrOfType<DictionaryAttr>(linac::kPlanAttr)
+                           .getAs<StringAttr>("decode_state_layout")
+                           .getValue()}};
   if (targetName != "cpu") {
     manifest["cuda_abi_version"] = kCudaAbiVersion;
     decode["kernels"] = decodeKernelList(layer, tools->kernel);

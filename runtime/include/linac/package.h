@@ -96,13 +96,16 @@ struct DecodeRequest {
 };
 
 /// A decode step of a CUDA package: the tensors of a DecodeRequest in
-/// device memory (state indices stay on the host), enqueued on `stream`.
+/// device memory, state indices included, enqueued on `stream`. The kernel
+/// skips a sequence whose slot is outside [0, P), -1 among them; that no
+/// slot appears twice is the caller's to keep.
 struct DeviceDecodeRequest {
   std::map<std::string, DeviceTensor> tensors;
   DType dtype = DType::Float32;
   float *statePool = nullptr;
   std::vector<int64_t> poolShape;
-  std::vector<int64_t> stateIndices;
+  const int64_t *stateIndices = nullptr; ///< device, numStateIndices = B
+  size_t numStateIndices = 0;
   void *output = nullptr;
   float scale = 0.0f;
   void *stream = nullptr;
@@ -201,8 +204,8 @@ private:
   /// The checks every decode step shares: shapes, token count, pool.
   ForwardShape
   checkDecode(const std::map<std::string, std::vector<int64_t>> &shapes,
-              const std::vector<int64_t> &poolShape,
-              const std::vector<int64_t> &indices, float scale) const;
+              const std::vector<int64_t> &poolShape, size_t numIndices,
+              float scale) const;
   const CudaKernel &kernelFor(DType dtype,
                               const std::vector<CudaKernel> &kernels) const;
   std::vector<CudaKernel> kernels_;            ///< fastest first

@@ -118,15 +118,16 @@ linac_status linac_decode_host(linac_package *package,
                                const linac_decode_args *args);
 
 /* A decode step of a CUDA package: the tensors of linac_decode_args in
- * device memory (state_indices stays on the host), enqueued on `stream`
- * like linac_forward_device. */
+ * device memory, state_indices included, enqueued on `stream` like
+ * linac_forward_device. A slot outside [0, P) (-1 among them) skips the
+ * sequence; the caller keeps each slot to one sequence. */
 typedef struct linac_device_decode_args {
   const linac_device_tensor *tensors;
   size_t num_tensors;
   linac_dtype dtype;
   float *state_pool;
   const int64_t *pool_shape; /* 4 entries */
-  const int64_t *state_indices;
+  const int64_t *state_indices; /* device memory */
   size_t num_sequences;
   void *output;
   float scale;

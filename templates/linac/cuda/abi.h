@@ -1,10 +1,12 @@
 /*===- abi.h - the calling convention of CUDA layer packages ------*- C -*-===*
  *
  * Every kernel in a CUDA package's cubin is `extern "C" __global__` and takes
- * one linac_cuda_forward_args by value. The manifest lists each kernel with
- * its activation dtype, block size and dynamic shared memory; the grid is
- * (num_heads, num_seqs). The runtime validates every argument before the
- * launch; the kernel trusts them.
+ * one linac_cuda_forward_args (forward) or linac_cuda_decode_args (decode)
+ * by value. The manifest lists each kernel with its activation dtype, block
+ * size and dynamic shared memory; a forward grid is (num_heads, num_seqs), a
+ * decode grid as many blocks as fit the device at once, at most one per
+ * (head, sequence). The runtime validates every argument it can see before
+ * the launch; the kernel trusts them.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -17,7 +19,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 1
+#define LINAC_CUDA_ABI_VERSION 2
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
 
@@ -40,7 +42,7 @@ typedef struct linac_cuda_forward_args {
 
 /* A decode step: `tokens` new tokens for each of num_seqs sequences whose
  * states live in a pool [P, H, K, V] (key-major; V + 1 columns with a
- * normaliser). Grid (num_heads, num_seqs). */
+ * normaliser). */
 typedef struct linac_cuda_decode_args {
   int64_t num_seqs;
   int64_t tokens;
@@ -50,7 +52,9 @@ typedef struct linac_cuda_decode_args {
   const float *params[LINAC_CUDA_MAX_ARGUMENTS];
   int64_t param_heads[LINAC_CUDA_MAX_ARGUMENTS];
   float *state_pool;            /* device, read and written in place */
-  const int64_t *state_indices; /* device, [num_seqs]: a slot, or -1 to skip */
+  int64_t pool_slots;           /* P */
+  const int64_t *state_indices; /* device, [num_seqs]: a slot; one outside
+                                   [0, P), such as -1, skips the sequence */
   void *output;                 /* [num_seqs * tokens, H, V], activation dtype */
   float scale;
 } linac_cuda_decode_args;

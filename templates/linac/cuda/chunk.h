@@ -25,6 +25,8 @@
 #include "linac/cuda/token.h"
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 namespace linac::cuda {
 
@@ -47,6 +49,22 @@ template <int K, int V, Gate G> struct ChunkOperands {
   NormalizedValue<V> u;
 };
 
+/// Calls f(std::integral_constant<int, I>) for I = 0, 1, ..., N - 1, so that
+/// f's per-input sizes and offsets are constants.
+template <typename F, int... I>
+LINAC_DEVICE void forEachIndex(F &&f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+
+/// Where each input of a token starts in a warp's staging area.
+template <typename Layer> struct StagedOffsets {
+  int64_t at[Layer::kNumInputs + 1];
+  LINAC_HOST_DEVICE constexpr StagedOffsets() : at() {
+    for (int i = 0; i < Layer::kNumInputs; ++i)
+      at[i + 1] = at[i] + Layer::inputSize(i);
+  }
+};
+
 /// A token's inputs, each lane holding its strided share: loaded a token
 /// ahead of the prologue that reads them, so that a warp's memory latency
 /// overlaps its previous token's work.
@@ -54,56 +72,55 @@ template <typename Layer, typename T> struct StagedInputs {
   LINAC_HOST_DEVICE static constexpr int slotsOf(int i) {
     return int((Layer::inputSize(i) + 31) / 32);
   }
-  LINAC_HOST_DEVICE static constexpr int slots() {
+  LINAC_HOST_DEVICE static constexpr int firstSlot(int i) {
     int n = 0;
-    for (int i = 0; i < Layer::kNumInputs; ++i)
-      n += slotsOf(i);
-    return n;
-  }
-  /// Where input i starts in a warp's staging area, and its size.
-  LINAC_HOST_DEVICE static constexpr int64_t offset(int i) {
-    int64_t n = 0;
     for (int j = 0; j < i; ++j)
-      n += Layer::inputSize(j);
+      n += slotsOf(j);
     return n;
   }
-  LINAC_HOST_DEVICE static constexpr int64_t elements() {
-    return offset(Layer::kNumInputs);
-  }
+  static constexpr int kSlots = firstSlot(Layer::kNumInputs);
+  static constexpr auto kInputs = std::make_integer_sequence<int, Layer::kNumInputs>{};
 
-  T x[slots() > 0 ? slots() : 1];
+  T x[kSlots > 0 ? kSlots : 1];
 
   LINAC_DEVICE void load(const Token<Layer, T> &token) {
-    int slot = 0;
+    forEachIndex(
+        [&](auto input) {
+          constexpr int i = decltype(input)::value;
+          constexpr int first = firstSlot(i), size = int(Layer::inputSize(i));
+          const T *p = token.input(i);
 #pragma unroll
-    for (int i = 0; i < Layer::kNumInputs; ++i) {
-      const T *p = token.input(i);
-#pragma unroll
-      for (int s = 0; s < slotsOf(i); ++s, ++slot) {
-        int index = s * 32 + laneId();
-        x[slot] = index < Layer::inputSize(i) ? p[index] : fromFloat<T>(0.0f);
-      }
-    }
+          for (int s = 0; s < slotsOf(i); ++s) {
+            int index = s * 32 + laneId();
+            x[first + s] = index < size ? p[index] : fromFloat<T>(0.0f);
+          }
+        },
+        kInputs);
   }
   LINAC_DEVICE void store(T *stage) const {
-    int slot = 0;
+    forEachIndex(
+        [&](auto input) {
+          constexpr int i = decltype(input)::value;
+          constexpr int first = firstSlot(i), size = int(Layer::inputSize(i));
+          constexpr int64_t offset = StagedOffsets<Layer>{}.at[i];
 #pragma unroll
-    for (int i = 0; i < Layer::kNumInputs; ++i) {
-#pragma unroll
-      for (int s = 0; s < slotsOf(i); ++s, ++slot) {
-        int index = s * 32 + laneId();
-        if (index < Layer::inputSize(i))
-          stage[offset(i) + index] = x[slot];
-      }
-    }
+          for (int s = 0; s < slotsOf(i); ++s) {
+            int index = s * 32 + laneId();
+            if (index < size)
+              stage[offset + index] = x[first + s];
+          }
+        },
+        kInputs);
   }
 };
 
 /// A token whose inputs the prologue reads from its warp's staging area.
 template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
   const T *stage;
+  /// The generated prologue passes constant indices, so this folds.
   LINAC_DEVICE const T *input(int i) const {
-    return stage + StagedInputs<Layer, T>::offset(i);
+    constexpr StagedOffsets<Layer> offsets{};
+    return stage + offsets.at[i];
   }
 };
 
@@ -111,15 +128,18 @@ template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
 template <typename Layer, typename T>
 LINAC_DEVICE void prefetchInputs(const linac_cuda_forward_args &args,
                                  int64_t first, int count, int head) {
-#pragma unroll
-  for (int i = 0; i < Layer::kNumInputs; ++i)
-    for (int t = threadIdx.x; t < count; t += blockDim.x) {
-      const char *p = reinterpret_cast<const char *>(
-          Token<Layer, T>{args, first + t, head}.input(i));
-      for (int64_t byte = 0; byte < Layer::inputSize(i) * int64_t(sizeof(T));
-           byte += 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + byte));
-    }
+  forEachIndex(
+      [&](auto input) {
+        constexpr int i = decltype(input)::value;
+        constexpr int64_t bytes = Layer::inputSize(i) * int64_t(sizeof(T));
+        for (int t = threadIdx.x; t < count; t += blockDim.x) {
+          const char *p = reinterpret_cast<const char *>(
+              Token<Layer, T>{args, first + t, head}.input(i));
+          for (int64_t byte = 0; byte < bytes; byte += 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + byte));
+        }
+      },
+      std::make_integer_sequence<int, Layer::kNumInputs>{});
 }
 
 /// Log-gates below this per token are raised to it: every factor spanning
@@ -190,13 +210,6 @@ template <int Tiles> LINAC_DEVICE void zero(float (&acc)[Tiles][4]) {
 // Shared memory
 //===----------------------------------------------------------------------===//
 
-template <typename Layer> constexpr int64_t StagedInputsSize() {
-  int64_t n = 0;
-  for (int i = 0; i < Layer::kNumInputs; ++i)
-    n += Layer::inputSize(i);
-  return n;
-}
-
 template <typename Layer> struct ChunkLayout {
   static constexpr int C = Layer::kChunkSize, K = Layer::K, V = Layer::V;
   /// Value columns: V, then the normaliser padded to a tile of 8.
@@ -217,7 +230,7 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kStage = kGates + 4 * C * (kVectorGate ? KS : 1);
   /// Each warp's staging area for one token's 16-bit inputs.
   static constexpr size_t kStageBytes =
-      (2 * StagedInputsSize<Layer>() + 15) / 16 * 16;
+      (2 * StagedOffsets<Layer>{}.at[Layer::kNumInputs] + 15) / 16 * 16;
   static constexpr size_t kBytes = kStage + 8 * kStageBytes;
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 

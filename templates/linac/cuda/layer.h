@@ -4,7 +4,8 @@
 // form and plan as constants, and from the spec's body
 //   Chunk::prologue(token, operands) and Chunk::epilogue(token, read, out),
 //   run by one warp per token in the chunkwise kernel, and
-//   Scan::step(token, state, scale, out), run by the recurrent scan.
+//   Scan::step(token, state, scale, out), run by the recurrent scan, and
+//   Decode::step, the same step on decode.h's split of the state.
 // The LINAC_*_KERNEL(S) macros define the entry points the package's
 // manifest lists, one per activation dtype.
 //
@@ -14,15 +15,16 @@
 #define LINAC_CUDA_LAYER_H
 
 #include "linac/cuda/chunk.h"
+#include "linac/cuda/decode.h"
 #include "linac/cuda/scan.h"
 
-#define LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, Args)          \
-  extern "C" __global__ void __launch_bounds__(threads, 1)                     \
+#define LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, blocks, Args)  \
+  extern "C" __global__ void __launch_bounds__(threads, blocks)                \
       linac_##family##_##dtype(const Args args) {                              \
     linac::cuda::family##Kernel<Layer, T>(args);                              \
   }
 #define LINAC_CUDA_ENTRY(Layer, family, dtype, T, threads)                     \
-  LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads,                      \
+  LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, 1,                   \
                        linac_cuda_forward_args)
 
 #define LINAC_CHUNK_KERNELS(Layer)                                             \
@@ -44,16 +46,18 @@
   LINAC_CUDA_ENTRY(Layer, scan, float16, __half,                              \
                    linac::cuda::scanThreads<Layer>())
 
-/// Decode on a state pool, for every layer and dtype.
+/// Decode on a state pool, for every layer and dtype; two blocks per
+/// multiprocessor keep the state's loads of one in flight while the other
+/// computes.
 #define LINAC_DECODE_KERNELS(Layer)                                            \
   LINAC_CUDA_ENTRY_FOR(Layer, decode, float32, float,                         \
-                       linac::cuda::scanThreads<Layer>(),                      \
+                       linac::cuda::decodeThreads<Layer>(), 2,                 \
                        linac_cuda_decode_args)                                 \
   LINAC_CUDA_ENTRY_FOR(Layer, decode, bfloat16, __nv_bfloat16,                \
-                       linac::cuda::scanThreads<Layer>(),                      \
+                       linac::cuda::decodeThreads<Layer>(), 2,                 \
                        linac_cuda_decode_args)                                 \
   LINAC_CUDA_ENTRY_FOR(Layer, decode, float16, __half,                        \
-                       linac::cuda::scanThreads<Layer>(),                      \
+                       linac::cuda::decodeThreads<Layer>(), 2,                 \
                        linac_cuda_decode_args)
 
 #endif // LINAC_CUDA_LAYER_H

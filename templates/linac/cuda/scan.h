@@ -101,28 +101,6 @@ LINAC_DEVICE void scanKernel(const linac_cuda_forward_args &args) {
     state.store(args.final_state + offset);
 }
 
-/// A decode step: the scan over each sequence's few new tokens, from and
-/// back to its pool slot; a block whose sequence is skipped does nothing.
-template <typename Layer, typename T>
-LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
-  int head = blockIdx.x;
-  int64_t seq = blockIdx.y;
-  int64_t slot = args.state_indices[seq];
-  if (slot < 0)
-    return;
-  float *pooled = args.state_pool + (slot * args.num_heads + head) *
-                                        int64_t(Layer::K) * stateColumns<Layer>();
-  ScanState<Layer::K, Layer::V, Layer::kNormalizer> state;
-  state.load(pooled);
-  float scale = readScale<Layer>(args);
-  T *output = static_cast<T *>(args.output);
-  for (int64_t t = seq * args.tokens; t < (seq + 1) * args.tokens; ++t)
-    Layer::Scan::step(Token<Layer, T, linac_cuda_decode_args>{args, t, head},
-                      state, scale,
-                      output + (t * args.num_heads + head) * Layer::V);
-  state.store(pooled);
-}
-
 } // namespace linac::cuda
 
 #endif // LINAC_CUDA_SCAN_H

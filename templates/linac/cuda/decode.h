@@ -1,0 +1,391 @@
+//===- decode.h - decode steps on a state pool ------------------*- C++ -*-===//
+//
+// A few new tokens per sequence, so the cost is reading and writing each
+// head's state, and the kernel must keep memory busy. Each block of 8 warps
+// runs (head, sequence) items one after another; while it computes one, the
+// next one's state is already on its way into shared memory (cp.async).
+// Warp w holds key rows [wR, wR + R) of the state, lane l value columns
+// 4l..4l+3 (and 128 further on for wider values), so each row is one
+// 16-byte access per lane. Key vectors are held by every lane of a warp as
+// its rows (RowSlice), value vectors whole by every warp (LaneVec), and
+// products over the key axis reduce across warps through shared memory.
+// The normaliser's column, when kept, is held by every lane of a warp for
+// its rows.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_CUDA_DECODE_H
+#define LINAC_CUDA_DECODE_H
+
+#include "linac/cuda/token.h"
+
+namespace linac::cuda {
+
+constexpr int kDecodeWarps = 8;
+
+template <typename Layer> constexpr int decodeThreads() {
+  return kDecodeWarps * 32;
+}
+
+LINAC_DEVICE int warpId() { return threadIdx.x / 32; }
+
+/// Sums over the block values every lane of each warp holds alike; every
+/// thread of the block must call it.
+template <int Slots> LINAC_DEVICE void sumOverWarps(float (&x)[Slots]) {
+  __shared__ float partial[Slots][kDecodeWarps];
+  __syncthreads();
+  if (laneId() == 0)
+#pragma unroll
+    for (int c = 0; c < Slots; ++c)
+      partial[c][warpId()] = x[c];
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < Slots; ++c) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w)
+      total += partial[c][w];
+    x[c] = total;
+  }
+}
+
+/// Column sums over the block: x[c] is this warp's partial sum for this
+/// lane's column c; every thread of the block must call it.
+template <int Slots> LINAC_DEVICE void sumColumnsOverWarps(float (&x)[Slots]) {
+  __shared__ float partial[kDecodeWarps][Slots * 32];
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < Slots; ++c)
+    partial[warpId()][c * 32 + laneId()] = x[c];
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < Slots; ++c) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w)
+      total += partial[w][c * 32 + laneId()];
+    x[c] = total;
+  }
+}
+
+/// The key rows of this warp's share of the state, R = ceil(N / 8) of them.
+template <int N>
+struct RowSlice
+    : Elements<RowSlice<N>, (N + kDecodeWarps - 1) / kDecodeWarps> {
+  static constexpr int kRows = (N + kDecodeWarps - 1) / kDecodeWarps;
+  LINAC_DEVICE static int row(int r) { return warpId() * kRows + r; }
+  template <typename T> LINAC_DEVICE static RowSlice load(const T *p) {
+    RowSlice v;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      v.x[r] = row(r) < N ? toFloat(p[row(r)]) : 0.0f;
+    return v;
+  }
+  /// Every thread of the block must call it.
+  LINAC_DEVICE float sum() const {
+    float s[1] = {0.0f};
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      s[0] += row(r) < N ? this->x[r] : 0.0f;
+    sumOverWarps(s);
+    return s[0];
+  }
+};
+
+/// A value vector every warp holds whole: lane l has elements 4l..4l+3,
+/// then 128 further on for each next group of four slots.
+template <int N> struct LaneVec : Elements<LaneVec<N>, (N + 127) / 128 * 4> {
+  static constexpr int kSlots = (N + 127) / 128 * 4;
+  LINAC_DEVICE static int index(int slot) {
+    return slot / 4 * 128 + laneId() * 4 + slot % 4;
+  }
+  template <typename T> LINAC_DEVICE static LaneVec load(const T *p) {
+    LaneVec v;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i)
+      v.x[i] = index(i) < N ? toFloat(p[index(i)]) : 0.0f;
+    return v;
+  }
+  /// Warp 0 writes the vector for the block.
+  template <typename T> LINAC_DEVICE void store(T *p) const {
+    if (warpId() == 0)
+#pragma unroll
+      for (int i = 0; i < kSlots; ++i)
+        if (index(i) < N)
+          p[index(i)] = fromFloat<T>(this->x[i]);
+  }
+  LINAC_DEVICE float sum() const {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i)
+      s += index(i) < N ? this->x[i] : 0.0f;
+    return warpSum(s);
+  }
+};
+
+/// This thread's elements of a per-token K x V matrix, row-major in memory:
+/// its warp's rows, its lane's columns.
+template <int K, int V>
+struct MatrixTile
+    : Elements<MatrixTile<K, V>, RowSlice<K>::kRows * LaneVec<V>::kSlots> {
+  static constexpr int kRows = RowSlice<K>::kRows, kSlots = LaneVec<V>::kSlots;
+  template <typename T> LINAC_DEVICE static MatrixTile load(const T *p) {
+    MatrixTile m;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kSlots; ++c) {
+        int i = RowSlice<K>::row(r), j = LaneVec<V>::index(c);
+        m.x[r * kSlots + c] = i < K && j < V ? toFloat(p[i * V + j]) : 0.0f;
+      }
+    return m;
+  }
+};
+
+template <int N> struct IsVector<RowSlice<N>> : std::true_type {};
+template <int N> struct IsVector<LaneVec<N>> : std::true_type {};
+template <int K, int V> struct IsVector<MatrixTile<K, V>> : std::true_type {};
+
+/// Copies 4 or 16 bytes to shared memory without holding a register.
+template <int Bytes>
+LINAC_DEVICE void copyAsync(void *shared, const void *global) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(
+                   unsigned(__cvta_generic_to_shared(shared))),
+               "l"(global), "n"(Bytes));
+}
+LINAC_DEVICE void commitCopies() { asm volatile("cp.async.commit_group;\n"); }
+LINAC_DEVICE void waitCopies() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/// One thread's share of a head's state.
+template <int K, int V, bool Normalized> struct DecodeState {
+  static constexpr int kRows = RowSlice<K>::kRows, kSlots = LaneVec<V>::kSlots;
+  /// Columns of a state row in memory; the normaliser, when kept, is last.
+  static constexpr int kColumns = V + (Normalized ? 1 : 0);
+  /// Whether each lane's four columns are one aligned 16-byte access.
+  static constexpr bool kQuads = kColumns % 4 == 0;
+  /// Floats one thread stages: its state elements, then its normaliser rows.
+  static constexpr int kStaged = kRows * kSlots + (Normalized ? kRows : 0);
+
+  float s[kRows][kSlots];
+  float norm[Normalized ? kRows : 1];
+
+  LINAC_DEVICE static int row(int r) { return RowSlice<K>::row(r); }
+  LINAC_DEVICE static int column(int c) { return LaneVec<V>::index(c); }
+  LINAC_DEVICE static bool live(int r, int c) {
+    return row(r) < K && column(c) < V;
+  }
+  /// This thread's float e of the staging area, interleaved over threads
+  /// so that each access of a warp covers consecutive words.
+  LINAC_DEVICE static float *staged(float *area, int e) {
+    return area + (e / 4 * blockDim.x + threadIdx.x) * 4 + e % 4;
+  }
+
+  /// Starts copying the state at `p` into this thread's staging area.
+  LINAC_DEVICE static void prefetch(const float *p, float *area) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kSlots; c += 4) {
+        if (!live(r, c))
+          continue;
+        const float *from = p + row(r) * kColumns + column(c);
+        float *to = staged(area, r * kSlots + c);
+        if constexpr (kQuads) {
+          copyAsync<16>(to, from);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            if (column(c + i) < V)
+              copyAsync<4>(to + i, from + i);
+        }
+      }
+    if constexpr (Normalized)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (row(r) < K)
+          copyAsync<4>(staged(area, kRows * kSlots + r), p + row(r) * kColumns + V);
+    commitCopies();
+  }
+  /// Takes the state this thread prefetched.
+  LINAC_DEVICE void loadStaged(float *area) {
+    waitCopies();
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kSlots; ++c)
+        s[r][c] = live(r, c) ? *staged(area, r * kSlots + c) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < (Normalized ? kRows : 0); ++r)
+      norm[r] = row(r) < K ? *staged(area, kRows * kSlots + r) : 0.0f;
+  }
+  LINAC_DEVICE void store(float *p) const {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kSlots; c += 4) {
+        if (!live(r, c))
+          continue;
+        float *to = p + row(r) * kColumns + column(c);
+        if constexpr (kQuads) {
+          *reinterpret_cast<float4 *>(to) =
+              make_float4(s[r][c], s[r][c + 1], s[r][c + 2], s[r][c + 3]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            if (column(c + i) < V)
+              to[i] = s[r][c + i];
+        }
+      }
+    if constexpr (Normalized)
+      if (laneId() == 0)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          if (row(r) < K)
+            p[row(r) * kColumns + V] = norm[r];
+  }
+
+  LINAC_DEVICE void decay(const RowSlice<K> &gk, const LaneVec<V> &gv) {
+    float columnFactor[kSlots];
+#pragma unroll
+    for (int c = 0; c < kSlots; ++c)
+      columnFactor[c] = expf(gv.x[c]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float rowFactor = expf(gk.x[r]);
+#pragma unroll
+      for (int c = 0; c < kSlots; ++c)
+        s[r][c] *= rowFactor * columnFactor[c];
+      if constexpr (Normalized)
+        norm[r] *= rowFactor;
+    }
+  }
+  LINAC_DEVICE void matrixGate(const MatrixTile<K, V> &g) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kSlots; ++c)
+        s[r][c] *= expf(g.x[r * kSlots + c]);
+  }
+  /// x^T S over the block: a value column per slot, then the normaliser.
+  static constexpr int kProjections = kSlots + (Normalized ? 1 : 0);
+  LINAC_DEVICE void project(const RowSlice<K> &x,
+                            float (&out)[kProjections]) const {
+#pragma unroll
+    for (int c = 0; c < kSlots; ++c) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        sum += x.x[r] * s[r][c];
+      out[c] = sum;
+    }
+    if constexpr (Normalized) {
+      // Every lane holds the same normaliser rows; lane 0's sum stands for
+      // the warp, the other lanes add zero.
+      float sum = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        sum += x.x[r] * norm[r];
+      out[kSlots] = laneId() == 0 ? sum : 0.0f;
+    }
+    sumColumnsOverWarps(out);
+    if constexpr (Normalized)
+      out[kSlots] = warpSum(out[kSlots]);
+  }
+  /// S <- S - k (e^T S); every thread of the block must call it.
+  LINAC_DEVICE void erase(const RowSlice<K> &k, const RowSlice<K> &e) {
+    float projection[kProjections];
+    project(e, projection);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int c = 0; c < kSlots; ++c)
+        s[r][c] -= k.x[r] * projection[c];
+      if constexpr (Normalized)
+        norm[r] -= k.x[r] * projection[kSlots];
+    }
+  }
+  /// S <- S + k u^T; the normaliser's column takes `normalizerWeight`.
+  LINAC_DEVICE void write(const RowSlice<K> &k, const LaneVec<V> &u,
+                          float normalizerWeight) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int c = 0; c < kSlots; ++c)
+        s[r][c] += k.x[r] * u.x[c];
+      if constexpr (Normalized)
+        norm[r] += k.x[r] * normalizerWeight;
+    }
+  }
+  /// S^T q, whole in every warp; every thread of the block must call it.
+  LINAC_DEVICE LaneVec<V> read(const RowSlice<K> &q, float scale) const {
+    float raw[kProjections];
+    project(q, raw);
+    float divisor = 1.0f;
+    if constexpr (Normalized)
+      divisor = fmaxf(fabsf(raw[kSlots] * scale), 1.0f);
+    LaneVec<V> out;
+#pragma unroll
+    for (int c = 0; c < kSlots; ++c)
+      out.x[c] = column(c) < V ? raw[c] * scale / divisor : 0.0f;
+    return out;
+  }
+};
+
+/// Dynamic shared memory of the decode kernel: one state per block, staged.
+template <typename Layer> constexpr size_t decodeSharedBytes() {
+  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer>;
+  return size_t((State::kStaged + 3) / 4) * 4 * decodeThreads<Layer>() *
+         sizeof(float);
+}
+
+/// Decode steps: each of the grid's blocks takes the (head, sequence) items
+/// blockIdx.x, blockIdx.x + gridDim.x, ..., each sequence's few new tokens
+/// from and back to its pool slot. Sequences whose slot is outside the pool
+/// (-1) are skipped.
+template <typename Layer, typename T>
+LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
+  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer>;
+  extern __shared__ __align__(16) float stagingArea[];
+  const int64_t items = args.num_seqs * args.num_heads;
+  const int64_t headSize = int64_t(Layer::K) * stateColumns<Layer>();
+  auto slotOf = [&](int64_t item) {
+    int64_t slot = args.state_indices[item / args.num_heads];
+    return slot >= 0 && slot < args.pool_slots ? slot : int64_t(-1);
+  };
+  auto stateOf = [&](int64_t item, int64_t slot) {
+    return args.state_pool + (slot * args.num_heads + item % args.num_heads) *
+                                 headSize;
+  };
+  const float scale = readScale<Layer>(args);
+  T *output = static_cast<T *>(args.output);
+
+  int64_t item = blockIdx.x;
+  int64_t slot = item < items ? slotOf(item) : -1;
+  if (slot >= 0)
+    State::prefetch(stateOf(item, slot), stagingArea);
+  State state;
+  for (; item < items; item += gridDim.x) {
+    if (slot >= 0)
+      state.loadStaged(stagingArea);
+    // Each thread reads back only what it staged itself, so the next
+    // item's copy may start at once.
+    int64_t next = item + gridDim.x;
+    int64_t nextSlot = next < items ? slotOf(next) : -1;
+    if (nextSlot >= 0)
+      State::prefetch(stateOf(next, nextSlot), stagingArea);
+    if (slot >= 0) {
+      int64_t seq = item / args.num_heads;
+      int head = int(item % args.num_heads);
+      for (int64_t t = seq * args.tokens; t < (seq + 1) * args.tokens; ++t)
+        Layer::Decode::step(
+            Token<Layer, T, linac_cuda_decode_args>{args, t, head}, state,
+            scale, output + (t * args.num_heads + head) * Layer::V);
+      state.store(stateOf(item, slot));
+    }
+    slot = nextSlot;
+  }
+}
+
+} // namespace linac::cuda
+
+#endif // LINAC_CUDA_DECODE_H

@@ -7,6 +7,8 @@
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+
 namespace linac {
 #define GEN_PASS_DEF_LINACNORMALIZE
 #define GEN_PASS_DEF_LINACPLAN
@@ -72,23 +74,25 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
     auto tensor = dyn_cast<RankedTensorType>(input.getType());
     inputElements += tensor ? tensor.getNumElements() : 1;
   }
-  // Each of the 8 warps stages one token's 16-bit inputs.
-  int64_t stagePerWarp = (2 * inputElements + 15) / 16 * 16;
+  // Each of the 16 warps stages one token's 16-bit inputs, in the place of
+  // the intra-chunk matrices P (and A).
+  int64_t stages = 16 * ((2 * inputElements + 15) / 16 * 16);
+  int64_t matrices = 4 * c * as * (erase ? 2 : 1);
   return 2 * c * ks * (erase ? 3 : 2) + 2 * u * ks + 2 * u * cs + 4 * c * us +
-         4 * c * as * (erase ? 2 : 1) +
-         4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1) +
-         8 * stagePerWarp;
+         std::max(matrices, stages) +
+         4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1);
 }
 
 /// Dynamic shared memory of the decode kernel: decodeSharedBytes in
-/// templates/linac/cuda/decode.h, one head's state staged per block of 8
-/// warps (each warp ceil(K / 8) key rows, each lane four value columns per
-/// 128, and the normaliser's rows once per lane).
+/// templates/linac/cuda/decode.h, a ring of two staged states per block of
+/// 16 warps (each warp ceil(K / 16) key rows, each lane four value columns
+/// per 128, and the normaliser's rows once per lane).
 int64_t decodeSharedBytes(StateType state) {
-  int64_t rows = (state.getKeyDim() + 7) / 8;
+  constexpr int64_t kThreads = 512, kStages = 2;
+  int64_t rows = (state.getKeyDim() + 15) / 16;
   int64_t slots = (state.getValueDim() + 127) / 128 * 4;
   int64_t staged = rows * slots + (state.getNormalized() ? rows : 0);
-  return (staged + 3) / 4 * 4 * 256 * 4;
+  return kStages * ((staged + 3) / 4 * 4) * kThreads * 4;
 }
 
 /// The most dynamic shared memory one block may have.
@@ -121,11 +125,11 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       StateType state = layer.getStateType();
       int64_t valueDim = state.getValueDim();
       // Decode reads and writes each head's state once per step, key rows
-      // split over 8 warps and each row one coalesced access along the value
-      // axis, so the pool keeps the forward pass's key-major layout.
+      // split over 16 warps and each row one coalesced access along the
+      // value axis, so the pool keeps the forward pass's key-major layout.
       add("decode_state_layout", b.getStringAttr("key_major"));
       if (gpu) {
-        add("decode_block_threads", b.getI64IntegerAttr(256));
+        add("decode_block_threads", b.getI64IntegerAttr(512));
         add("decode_shared_memory",
             b.getI64IntegerAttr(decodeSharedBytes(state)));
       }
@@ -178,10 +182,10 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       add("gate_numerics", b.getStringAttr(numerics));
       if (numerics == "subchunk")
         add("subchunk_size", b.getI64IntegerAttr(16));
-      // One program per (sequence, head): eight warps, the state in their
+      // One program per (sequence, head): sixteen warps, the state in their
       // registers.
       if (gpu) {
-        add("block_threads", b.getI64IntegerAttr(256));
+        add("block_threads", b.getI64IntegerAttr(512));
         add("shared_memory", b.getI64IntegerAttr(sharedBytes));
       }
       add("grid", b.getStringAttr("heads,sequences"));

@@ -1,8 +1,9 @@
 //===- chunk.h - the chunkwise kernel on tensor cores ------------*- C++ -*-===//
 //
-// DESIGN.md section 4 for one (head, sequence) per block of 8 warps, chunk
-// by chunk. The state stays in registers in fp32 (warp w holds key rows
-// 16w..16w+15) and in shared memory as bf16, transposed, for the products
+// DESIGN.md section 4 for one (head, sequence) per block of 16 warps, chunk
+// by chunk. Warp w works on value columns of half w / 8 in the role of warp
+// w % 8 below. The state stays in registers in fp32 (role r holds key rows
+// 16r..16r+15) and in shared memory as bf16, transposed, for the products
 // that read it. Per chunk:
 //   1. each warp runs the generated prologue on its tokens;
 //   2. cumulative log-gates over the chunk;
@@ -31,6 +32,10 @@
 namespace linac::cuda {
 
 enum class Gate { None, Scalar, Vector };
+
+/// Warps of a chunkwise block: two per role, one for each half of the value
+/// columns.
+constexpr int kChunkWarps = 16;
 
 /// u with the normaliser's weight beside it when the state carries one.
 template <int V> struct NormalizedValue {
@@ -226,12 +231,16 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kValues = kDeltaT + 2 * U * CS;       // f32 C x US
   static constexpr size_t kP = kValues + 4 * C * US;            // f32 C x AS
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
-  static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
-  static constexpr size_t kStage = kGates + 4 * C * (kVectorGate ? KS : 1);
-  /// Each warp's staging area for one token's 16-bit inputs.
+  /// Each warp's staging area for one token's 16-bit inputs, all of them in
+  /// P and A's place: the prologue is done with them before P is formed.
+  static constexpr size_t kStage = kP;
   static constexpr size_t kStageBytes =
       (2 * StagedOffsets<Layer>{}.at[Layer::kNumInputs] + 15) / 16 * 16;
-  static constexpr size_t kBytes = kStage + 8 * kStageBytes;
+  static constexpr size_t kMatrixBytes = 4 * C * AS * (Layer::kErase ? 2 : 1);
+  static constexpr size_t kGates =
+      kP + (kMatrixBytes > kChunkWarps * kStageBytes ? kMatrixBytes
+                                                     : kChunkWarps * kStageBytes);
+  static constexpr size_t kBytes = kGates + 4 * C * (kVectorGate ? KS : 1);
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *stateT, *deltaT;
@@ -272,7 +281,9 @@ template <typename Layer> struct ChunkLayout {
   }
 };
 
-template <typename Layer> constexpr int chunkThreads() { return 256; }
+template <typename Layer> constexpr int chunkThreads() {
+  return kChunkWarps * 32;
+}
 
 template <typename Layer> constexpr size_t chunkSharedBytes() {
   return ChunkLayout<Layer>::kBytes;
@@ -289,6 +300,9 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   constexpr int KS = Layout::KS, CS = Layout::CS, US = Layout::US,
                 AS = Layout::AS;
   constexpr int ValueTiles = U / 8, KeySteps = K / 16, ChunkSteps = C / 16;
+  // Each half of the warps takes HalfTiles value tiles (the second half one
+  // fewer when their number is odd).
+  constexpr int HalfTiles = (ValueTiles + 1) / 2;
   constexpr bool kErase = Layer::kErase, kNormalizer = Layer::kNormalizer;
   constexpr Gate G = Layer::kKeyGate;
   static_assert(C == 64, "four warps of 16 rows cover a chunk, one warp's "
@@ -298,7 +312,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
 
   extern __shared__ __align__(16) char shared[];
   Layout s(shared);
-  const int warp = threadIdx.x / 32;
+  const int warpIndex = threadIdx.x / 32;
+  // The role below; `tiles` value tiles from column `columnBase`.
+  const int warp = warpIndex % 8;
+  const int columnBase = warpIndex / 8 * HalfTiles * 8;
+  const int tiles = warpIndex < 8 ? HalfTiles : ValueTiles - HalfTiles;
   const int head = blockIdx.x;
   const int64_t seq = blockIdx.y;
   int64_t begin, end;
@@ -307,23 +325,23 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   const float scale = readScale<Layer>(args);
   T *output = static_cast<T *>(args.output);
 
-  // The fp32 state: warp w holds key rows 16w..16w+15, all U columns.
+  // The fp32 state: role w holds key rows 16w..16w+15 of its columns.
   const bool stateWarp = warp < K / 16;
   const int stateRow = warp * 16;
-  float state[ValueTiles][4];
+  float state[HalfTiles][4];
   constexpr int Columns = stateColumns<Layer>();
-  for (int n = 0; n < ValueTiles; ++n)
+  for (int n = 0; n < HalfTiles; ++n)
     for (int r = 0; r < 4; ++r) {
-      int row = stateRow + accRow(r), col = n * 8 + accCol(r);
-      state[n][r] = stateWarp && args.initial_state && col < Columns
+      int row = stateRow + accRow(r), col = columnBase + n * 8 + accCol(r);
+      state[n][r] = stateWarp && n < tiles && args.initial_state && col < Columns
                         ? args.initial_state[stateOffset + row * Columns + col]
                         : 0.0f;
     }
   auto publishState = [&] {
     if (stateWarp)
-      for (int n = 0; n < ValueTiles; ++n)
+      for (int n = 0; n < tiles; ++n)
         for (int r = 0; r < 4; ++r)
-          s.stateT[(n * 8 + accCol(r)) * KS + stateRow + accRow(r)] =
+          s.stateT[(columnBase + n * 8 + accCol(r)) * KS + stateRow + accRow(r)] =
               __float2bfloat16(state[n][r]);
   };
   publishState();
@@ -333,16 +351,16 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     __syncthreads();
 
     // 1. Prologue: token operands into shared memory, zeros past the end.
-    T *stage = reinterpret_cast<T *>(s.stage + warp * Layout::kStageBytes);
+    T *stage = reinterpret_cast<T *>(s.stage + warpIndex * Layout::kStageBytes);
     StagedInputs<Layer, T> next;
-    if (warp < L)
-      next.load(Token<Layer, T>{args, start + warp, head});
-    for (int i = warp; i < C; i += 8) {
+    if (warpIndex < L)
+      next.load(Token<Layer, T>{args, start + warpIndex, head});
+    for (int i = warpIndex; i < C; i += kChunkWarps) {
       ChunkOperands<K, V, G> ops;
       if (i < L) {
         StagedInputs<Layer, T> current = next;
-        if (i + 8 < L)
-          next.load(Token<Layer, T>{args, start + i + 8, head});
+        if (i + kChunkWarps < L)
+          next.load(Token<Layer, T>{args, start + i + kChunkWarps, head});
         current.store(stage);
         __syncwarp();
         Layer::Chunk::prologue(
@@ -393,7 +411,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       }
     } else if constexpr (G == Gate::Scalar) {
       // Warp 0 scans: two tokens per lane, then across lanes.
-      if (warp == 0) {
+      if (warpIndex == 0) {
         int lane = laneId();
         float first = s.gates[2 * lane], both = first + s.gates[2 * lane + 1];
         float inclusive = both;
@@ -414,13 +432,13 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     // its accumulators are not live across the solve.
     const int rowBase = (warp % 4) * 16;
     const bool queryWarp = warp < 4;
-    auto stateProduct = [&](float (&acc)[ValueTiles][4],
+    auto stateProduct = [&](float (&acc)[HalfTiles][4],
                             const __nv_bfloat16 *x, bool query) {
       auto decay = [&](int i, int d) {
         return query ? s.lambdaQ(i, d) : s.lambda(i, d);
       };
       zero(acc);
-      warpProduct<ValueTiles, KeySteps>(
+      warpProduct<HalfTiles, KeySteps>(
           acc,
           [&](int r, int d) {
             int i = rowBase + r;
@@ -429,26 +447,30 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             return pack(Layout::at(x, KS, i, d) * __expf(decay(i, d)),
                         Layout::at(x, KS, i, d + 1) * __expf(decay(i, d + 1)));
           },
-          [&](int d, int j) { return Layout::pair(s.stateT, KS, j, d); });
+          [&](int d, int j) {
+            return Layout::pair(s.stateT, KS, columnBase + j, d);
+          },
+          KeySteps, tiles);
       if constexpr (G == Gate::Scalar)
-        for (int n = 0; n < ValueTiles; ++n)
+        for (int n = 0; n < HalfTiles; ++n)
           for (int r = 0; r < 4; ++r)
             acc[n][r] *= __expf(decay(rowBase + accRow(r), 0));
     };
     if (!queryWarp && kErase) {
-      float fromState[ValueTiles][4];
+      float fromState[HalfTiles][4];
       stateProduct(fromState, s.e, false);
-      for (int n = 0; n < ValueTiles; ++n)
+      for (int n = 0; n < tiles; ++n)
         for (int r = 0; r < 4; ++r)
-          s.values[(rowBase + accRow(r)) * US + n * 8 + accCol(r)] -=
+          s.values[(rowBase + accRow(r)) * US + columnBase + n * 8 + accCol(r)] -=
               fromState[n][r];
     }
 
     // 4. The intra-chunk matrices, masked before any exponential:
     // P_ij = sum_d q_id k_jd e^(lambdaQ_id - lambda_jd), j <= i (j < i when
     // reading first); A_ij likewise with e and lambda, j < i.
+    const bool firstHalf = warpIndex < 8;
     if constexpr (G != Gate::Vector) {
-      if (queryWarp || kErase) {
+      if (firstHalf && (queryWarp || kErase)) {
         const __nv_bfloat16 *x = queryWarp ? s.q : s.e;
         float *target = queryWarp ? s.p : s.a;
         bool strict = !queryWarp || Layer::kReadBefore;
@@ -469,13 +491,13 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
                      : 0.0f;
           }
       }
-    } else if (queryWarp) {
+    } else if (queryWarp && (firstHalf || kErase)) {
       // Sub-chunks before this warp's: factorised through the log-gate at
       // the end of the previous sub-chunk, so both factors are at most 1.
+      // The first half of the warps takes P, the second A.
       const int ref = rowBase - 1;
-      float pAcc[C / 8][4], aAcc[C / 8][4];
-      zero(pAcc);
-      zero(aAcc);
+      float acc[C / 8][4];
+      zero(acc);
       auto pairB = [&](int d, int j) {
         return pack(Layout::at(s.k, KS, j, d) *
                         __expf(s.lambda(ref, d) - s.lambda(j, d)),
@@ -499,26 +521,24 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             },
             pairB, KeySteps, liveTiles);
       };
-      if (liveTiles > 0) {
-        offDiagonal(pAcc, s.q, true);
-        if constexpr (kErase)
-          offDiagonal(aAcc, s.e, false);
-      }
+      if (liveTiles > 0)
+        offDiagonal(acc, firstHalf ? s.q : s.e, firstHalf);
+      float *target = firstHalf ? s.p : s.a;
       for (int n = 0; n < C / 8; ++n)
         for (int r = 0; r < 4; ++r) {
           int i = rowBase + accRow(r), j = n * 8 + accCol(r);
           if (j >= rowBase && j < rowBase + 16)
             continue; // the diagonal sub-chunk, below
-          s.p[i * AS + j] = n < liveTiles ? pAcc[n][r] : 0.0f;
-          if constexpr (kErase)
-            s.a[i * AS + j] = n < liveTiles ? aAcc[n][r] : 0.0f;
+          target[i * AS + j] = n < liveTiles ? acc[n][r] : 0.0f;
         }
-    } else {
-      // The diagonal sub-chunk of warp w - 4: each lane takes whole pairs
+    } else if (!queryWarp) {
+      // The diagonal sub-chunk of role w - 4: each lane takes whole pairs
       // (i, j <= i) of its triangle, the key channels four at a time, so no
-      // pair needs a reduction across lanes.
+      // pair needs a reduction across lanes; the two halves of the warps
+      // take alternate runs of 32 pairs.
       constexpr int kPairs = 16 * 17 / 2;
-      for (int pair = laneId(); pair < kPairs; pair += 32) {
+      const int half = warpIndex / 8;
+      for (int pair = laneId() + 32 * half; pair < kPairs; pair += 64) {
         int ii = int((sqrtf(8.0f * pair + 1.0f) - 1.0f) * 0.5f);
         ii += (ii + 1) * (ii + 2) / 2 <= pair;
         int i = rowBase + ii, j = rowBase + pair - ii * (ii + 1) / 2;
@@ -549,7 +569,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         if constexpr (kErase)
           s.a[i * AS + j] = j < i ? aSum : 0.0f;
       }
-      for (int index = laneId(); index < 256; index += 32) {
+      for (int index = laneId() + 32 * half; index < 256; index += 64) {
         int i = rowBase + index / 16, j = rowBase + index % 16;
         if (j > i) {
           s.p[i * AS + j] = 0.0f;
@@ -592,25 +612,28 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     // 6. O = (Q (.) Lambda) S0 + P Delta (warps 0-3, into shared memory for
     // the epilogue) and the state update (every state warp).
     if (queryWarp) {
-      float out[ValueTiles][4];
+      float out[HalfTiles][4];
       stateProduct(out, s.q, true);
-      warpProduct<ValueTiles, ChunkSteps>(
+      warpProduct<HalfTiles, ChunkSteps>(
           out,
           [&](int r, int j) {
             const float *row = s.p + (rowBase + r) * AS + j;
             return pack(row[0], row[1]);
           },
-          [&](int j, int c) { return Layout::pair(s.deltaT, CS, c, j); },
-          rowBase / 16 + 1);
-      for (int n = 0; n < ValueTiles; ++n)
+          [&](int j, int c) {
+            return Layout::pair(s.deltaT, CS, columnBase + c, j);
+          },
+          rowBase / 16 + 1, tiles);
+      for (int n = 0; n < tiles; ++n)
         for (int r = 0; r < 4; ++r)
-          s.values[(rowBase + accRow(r)) * US + n * 8 + accCol(r)] = out[n][r];
+          s.values[(rowBase + accRow(r)) * US + columnBase + n * 8 + accCol(r)] =
+              out[n][r];
     }
     if (stateWarp) {
-      float update[ValueTiles][4];
+      float update[HalfTiles][4];
       zero(update);
       constexpr int last = C - 1;
-      warpProduct<ValueTiles, ChunkSteps>(
+      warpProduct<HalfTiles, ChunkSteps>(
           update,
           [&](int r, int j) {
             int d = stateRow + r;
@@ -619,8 +642,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
                         Layout::at(s.k, KS, j + 1, d) *
                             __expf(end - s.lambda(j + 1, d)));
           },
-          [&](int j, int c) { return Layout::pair(s.deltaT, CS, c, j); });
-      for (int n = 0; n < ValueTiles; ++n)
+          [&](int j, int c) {
+            return Layout::pair(s.deltaT, CS, columnBase + c, j);
+          },
+          ChunkSteps, tiles);
+      for (int n = 0; n < tiles; ++n)
         for (int r = 0; r < 4; ++r) {
           int d = stateRow + accRow(r);
           state[n][r] = state[n][r] * __expf(s.lambda(last, d)) + update[n][r];
@@ -630,7 +656,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     publishState();
 
     // 7. Epilogue: normalised reads through the generated code.
-    for (int i = warp; i < L; i += 8) {
+    for (int i = warpIndex; i < L; i += kChunkWarps) {
       WarpVec<V> read = WarpVec<V>::load(s.values + i * US);
       if constexpr (kNormalizer)
         read = read / WarpVec<V>::splat(fmaxf(fabsf(s.values[i * US + V]), 1.0f));
@@ -641,9 +667,9 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   }
 
   if (args.final_state && stateWarp)
-    for (int n = 0; n < ValueTiles; ++n)
+    for (int n = 0; n < tiles; ++n)
       for (int r = 0; r < 4; ++r) {
-        int row = stateRow + accRow(r), col = n * 8 + accCol(r);
+        int row = stateRow + accRow(r), col = columnBase + n * 8 + accCol(r);
         if (col < Columns)
           args.final_state[stateOffset + row * Columns + col] = state[n][r];
       }

@@ -1,9 +1,10 @@
 //===- decode.h - decode steps on a state pool ------------------*- C++ -*-===//
 //
 // A few new tokens per sequence, so the cost is reading and writing each
-// head's state, and the kernel must keep memory busy. Each block of 8 warps
-// runs (head, sequence) items one after another; while it computes one, the
-// next one's state is already on its way into shared memory (cp.async).
+// head's state, and the kernel must keep memory busy. Each block of 16
+// warps runs (head, sequence) items one after another; while it computes
+// one, the next one's state is already on its way into shared memory
+// (cp.async, a ring of kDecodeStages states).
 // Warp w holds key rows [wR, wR + R) of the state, lane l value columns
 // 4l..4l+3 (and 128 further on for wider values), so each row is one
 // 16-byte access per lane. Key vectors are held by every lane of a warp as
@@ -21,7 +22,9 @@
 
 namespace linac::cuda {
 
-constexpr int kDecodeWarps = 8;
+constexpr int kDecodeWarps = 16;
+/// States staged per block: the one computed on and those on their way.
+constexpr int kDecodeStages = 2;
 
 template <typename Layer> constexpr int decodeThreads() {
   return kDecodeWarps * 32;
@@ -68,7 +71,7 @@ template <int Slots> LINAC_DEVICE void sumColumnsOverWarps(float (&x)[Slots]) {
   }
 }
 
-/// The key rows of this warp's share of the state, R = ceil(N / 8) of them.
+/// The key rows of this warp's share of the state, R = ceil(N / 16) of them.
 template <int N>
 struct RowSlice
     : Elements<RowSlice<N>, (N + kDecodeWarps - 1) / kDecodeWarps> {
@@ -154,7 +157,11 @@ LINAC_DEVICE void copyAsync(void *shared, const void *global) {
                "l"(global), "n"(Bytes));
 }
 LINAC_DEVICE void commitCopies() { asm volatile("cp.async.commit_group;\n"); }
-LINAC_DEVICE void waitCopies() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+/// Waits until at most `Pending` of this thread's latest copy groups are
+/// still on their way.
+template <int Pending> LINAC_DEVICE void waitCopies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
 
 /// One thread's share of a head's state.
 template <int K, int V, bool Normalized> struct DecodeState {
@@ -180,6 +187,10 @@ template <int K, int V, bool Normalized> struct DecodeState {
     return area + (e / 4 * blockDim.x + threadIdx.x) * 4 + e % 4;
   }
 
+  /// Floats of one staged state for the whole block.
+  LINAC_HOST_DEVICE static constexpr int stageFloats(int threads) {
+    return (kStaged + 3) / 4 * 4 * threads;
+  }
   /// Starts copying the state at `p` into this thread's staging area.
   LINAC_DEVICE static void prefetch(const float *p, float *area) {
 #pragma unroll
@@ -204,11 +215,9 @@ template <int K, int V, bool Normalized> struct DecodeState {
       for (int r = 0; r < kRows; ++r)
         if (row(r) < K)
           copyAsync<4>(staged(area, kRows * kSlots + r), p + row(r) * kColumns + V);
-    commitCopies();
   }
-  /// Takes the state this thread prefetched.
+  /// Takes the state this thread staged, once its copies have landed.
   LINAC_DEVICE void loadStaged(float *area) {
-    waitCopies();
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -331,10 +340,10 @@ template <int K, int V, bool Normalized> struct DecodeState {
   }
 };
 
-/// Dynamic shared memory of the decode kernel: one state per block, staged.
+/// Dynamic shared memory of the decode kernel: the ring of staged states.
 template <typename Layer> constexpr size_t decodeSharedBytes() {
   using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer>;
-  return size_t((State::kStaged + 3) / 4) * 4 * decodeThreads<Layer>() *
+  return size_t(kDecodeStages) * State::stageFloats(decodeThreads<Layer>()) *
          sizeof(float);
 }
 
@@ -349,40 +358,48 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   const int64_t items = args.num_seqs * args.num_heads;
   const int64_t headSize = int64_t(Layer::K) * stateColumns<Layer>();
   auto slotOf = [&](int64_t item) {
-    int64_t slot = args.state_indices[item / args.num_heads];
+    int64_t slot = item < items ? args.state_indices[item / args.num_heads] : -1;
     return slot >= 0 && slot < args.pool_slots ? slot : int64_t(-1);
   };
   auto stateOf = [&](int64_t item, int64_t slot) {
     return args.state_pool + (slot * args.num_heads + item % args.num_heads) *
                                  headSize;
   };
+  // The block's n-th item and its stage in the ring.
+  auto itemAt = [&](int64_t n) { return blockIdx.x + n * int64_t(gridDim.x); };
+  auto stageAt = [&](int64_t n) {
+    return stagingArea + n % kDecodeStages * State::stageFloats(blockDim.x);
+  };
+  // Every step commits one group of copies, empty or not, so that waiting
+  // for all but the latest kDecodeStages - 1 groups means item n's landed.
+  auto prefetch = [&](int64_t n) {
+    int64_t item = itemAt(n), slot = slotOf(item);
+    if (slot >= 0)
+      State::prefetch(stateOf(item, slot), stageAt(n));
+    commitCopies();
+  };
   const float scale = readScale<Layer>(args);
   T *output = static_cast<T *>(args.output);
 
-  int64_t item = blockIdx.x;
-  int64_t slot = item < items ? slotOf(item) : -1;
-  if (slot >= 0)
-    State::prefetch(stateOf(item, slot), stagingArea);
+  for (int n = 0; n < kDecodeStages - 1; ++n)
+    prefetch(n);
   State state;
-  for (; item < items; item += gridDim.x) {
-    if (slot >= 0)
-      state.loadStaged(stagingArea);
-    // Each thread reads back only what it staged itself, so the next
-    // item's copy may start at once.
-    int64_t next = item + gridDim.x;
-    int64_t nextSlot = next < items ? slotOf(next) : -1;
-    if (nextSlot >= 0)
-      State::prefetch(stateOf(next, nextSlot), stagingArea);
-    if (slot >= 0) {
-      int64_t seq = item / args.num_heads;
-      int head = int(item % args.num_heads);
-      for (int64_t t = seq * args.tokens; t < (seq + 1) * args.tokens; ++t)
-        Layer::Decode::step(
-            Token<Layer, T, linac_cuda_decode_args>{args, t, head}, state,
-            scale, output + (t * args.num_heads + head) * Layer::V);
-      state.store(stateOf(item, slot));
-    }
-    slot = nextSlot;
+  for (int64_t n = 0; itemAt(n) < items; ++n) {
+    // The stage item n + kDecodeStages - 1 takes was read back by this
+    // thread, the only one that reads it, in the previous step.
+    prefetch(n + kDecodeStages - 1);
+    waitCopies<kDecodeStages - 1>();
+    int64_t item = itemAt(n), slot = slotOf(item);
+    if (slot < 0)
+      continue;
+    state.loadStaged(stageAt(n));
+    int64_t seq = item / args.num_heads;
+    int head = int(item % args.num_heads);
+    for (int64_t t = seq * args.tokens; t < (seq + 1) * args.tokens; ++t)
+      Layer::Decode::step(Token<Layer, T, linac_cuda_decode_args>{args, t, head},
+                          state, scale,
+                          output + (t * args.num_heads + head) * Layer::V);
+    state.store(stateOf(item, slot));
   }
 }
 

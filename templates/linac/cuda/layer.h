@@ -46,18 +46,16 @@
   LINAC_CUDA_ENTRY(Layer, scan, float16, __half,                              \
                    linac::cuda::scanThreads<Layer>())
 
-/// Decode on a state pool, for every layer and dtype; two blocks per
-/// multiprocessor keep the state's loads of one in flight while the other
-/// computes.
+/// Decode on a state pool, for every layer and dtype.
 #define LINAC_DECODE_KERNELS(Layer)                                            \
   LINAC_CUDA_ENTRY_FOR(Layer, decode, float32, float,                         \
-                       linac::cuda::decodeThreads<Layer>(), 2,                 \
+                       linac::cuda::decodeThreads<Layer>(), 1,                 \
                        linac_cuda_decode_args)                                 \
   LINAC_CUDA_ENTRY_FOR(Layer, decode, bfloat16, __nv_bfloat16,                \
-                       linac::cuda::decodeThreads<Layer>(), 2,                 \
+                       linac::cuda::decodeThreads<Layer>(), 1,                 \
                        linac_cuda_decode_args)                                 \
   LINAC_CUDA_ENTRY_FOR(Layer, decode, float16, __half,                        \
-                       linac::cuda::decodeThreads<Layer>(), 2,                 \
+                       linac::cuda::decodeThreads<Layer>(), 1,                 \
                        linac_cuda_decode_args)
 
 #endif // LINAC_CUDA_LAYER_H

@@ -435,8 +435,13 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
       header(layer, "linac/cuda/layer.h") +
       "namespace {\nusing namespace linac::cuda;\n\n"
       "struct Layer {\n" +
-      emitter.constants(
-          fmt::format("  static constexpr Gate kKeyGate = Gate::{};\n", gate.str()));
+      emitter.constants(fmt::format(
+          "  static constexpr Gate kKeyGate = Gate::{};\n"
+          "  static constexpr int kDecodeStages = {};\n",
+          gate.str(),
+          layer->getAttrOfType<DictionaryAttr>(kPlanAttr)
+              .getAs<IntegerAttr>("decode_stages")
+              .getInt()));
   // The functions run by the chunkwise kernels and by the scan, each set in
   // a struct nested in Layer.
   auto nested = [](StringRef name, const std::string &functions) {

@@ -83,16 +83,16 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
          4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1);
 }
 
-/// Dynamic shared memory of the decode kernel: decodeSharedBytes in
-/// templates/linac/cuda/decode.h, a ring of two staged states per block of
-/// 16 warps (each warp ceil(K / 16) key rows, each lane four value columns
-/// per 128, and the normaliser's rows once per lane).
-int64_t decodeSharedBytes(StateType state) {
-  constexpr int64_t kThreads = 512, kStages = 2;
-  int64_t rows = (state.getKeyDim() + 15) / 16;
+/// Shared memory one staged state takes in the decode kernel
+/// (DecodeState::stageFloats in templates/linac/cuda/decode.h): 8 warps of
+/// ceil(K / 8) key rows, each lane four value columns per 128 and the
+/// normaliser's rows.
+int64_t decodeStageBytes(StateType state) {
+  constexpr int64_t kThreads = 256;
+  int64_t rows = (state.getKeyDim() + 7) / 8;
   int64_t slots = (state.getValueDim() + 127) / 128 * 4;
   int64_t staged = rows * slots + (state.getNormalized() ? rows : 0);
-  return kStages * ((staged + 3) / 4 * 4) * kThreads * 4;
+  return (staged + 3) / 4 * 4 * kThreads * 4;
 }
 
 /// The most dynamic shared memory one block may have.
@@ -125,13 +125,22 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       StateType state = layer.getStateType();
       int64_t valueDim = state.getValueDim();
       // Decode reads and writes each head's state once per step, key rows
-      // split over 16 warps and each row one coalesced access along the
+      // split over 8 warps and each row one coalesced access along the
       // value axis, so the pool keeps the forward pass's key-major layout.
       add("decode_state_layout", b.getStringAttr("key_major"));
       if (gpu) {
-        add("decode_block_threads", b.getI64IntegerAttr(512));
-        add("decode_shared_memory",
-            b.getI64IntegerAttr(decodeSharedBytes(state)));
+        // Two blocks per multiprocessor, each with the next item's state on
+        // its way into shared memory while it computes, when that fits
+        // beside the reductions' 16 KiB; otherwise each step loads its
+        // state directly. (Measured on an H200 at K = V = 128: one block of
+        // 16 warps with two or three states staged was slower.)
+        constexpr int64_t kReductionBytes = 16 * 1024;
+        int64_t stage = decodeStageBytes(state);
+        int64_t stages = std::min<int64_t>(
+            1, (sharedMemoryLimit(target) / 2 - kReductionBytes) / stage);
+        add("decode_block_threads", b.getI64IntegerAttr(256));
+        add("decode_stages", b.getI64IntegerAttr(stages));
+        add("decode_shared_memory", b.getI64IntegerAttr(stages * stage));
       }
       // Why a chunkable body still runs as a scan on GPUs: the chunkwise
       // kernel keeps a head's whole state in one block's registers and

@@ -27,7 +27,7 @@
 // MANIFEST: "decode": {
 // MANIFEST-NEXT: "kernels": [
 // MANIFEST-NEXT: {
-// MANIFEST-NEXT: "block_threads": 512,
+// MANIFEST-NEXT: "block_threads": 256,
 // MANIFEST-NEXT: "dtype": "float32",
 // MANIFEST-NEXT: "entry": "linac_decode_float32",
 // MANIFEST: "entry": "linac_decode_bfloat16",

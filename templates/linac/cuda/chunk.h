@@ -54,13 +54,6 @@ template <int K, int V, Gate G> struct ChunkOperands {
   NormalizedValue<V> u;
 };
 
-/// Calls f(std::integral_constant<int, I>) for I = 0, 1, ..., N - 1, so that
-/// f's per-input sizes and offsets are constants.
-template <typename F, int... I>
-LINAC_DEVICE void forEachIndex(F &&f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-
 /// Where each input of a token starts in a warp's staging area.
 template <typename Layer> struct StagedOffsets {
   int64_t at[Layer::kNumInputs + 1];
@@ -128,24 +121,6 @@ template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
     return stage + offsets.at[i];
   }
 };
-
-/// Asks L2 for the inputs of tokens [first, first + count) of `head`.
-template <typename Layer, typename T>
-LINAC_DEVICE void prefetchInputs(const linac_cuda_forward_args &args,
-                                 int64_t first, int count, int head) {
-  forEachIndex(
-      [&](auto input) {
-        constexpr int i = decltype(input)::value;
-        constexpr int64_t bytes = Layer::inputSize(i) * int64_t(sizeof(T));
-        for (int t = threadIdx.x; t < count; t += blockDim.x) {
-          const char *p = reinterpret_cast<const char *>(
-              Token<Layer, T>{args, first + t, head}.input(i));
-          for (int64_t byte = 0; byte < bytes; byte += 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + byte));
-        }
-      },
-      std::make_integer_sequence<int, Layer::kNumInputs>{});
-}
 
 /// Log-gates below this per token are raised to it: every factor spanning
 /// such a token is then at most e^-60 instead of smaller, a difference fp32

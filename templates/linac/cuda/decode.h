@@ -1,10 +1,11 @@
 //===- decode.h - decode steps on a state pool ------------------*- C++ -*-===//
 //
 // A few new tokens per sequence, so the cost is reading and writing each
-// head's state, and the kernel must keep memory busy. Each block of 16
-// warps runs (head, sequence) items one after another; while it computes
-// one, the next one's state is already on its way into shared memory
-// (cp.async, a ring of kDecodeStages states).
+// head's state, and the kernel must keep memory busy. Each block of 8 warps
+// (two per multiprocessor) runs (head, sequence) items one after another;
+// while it computes one, the next ones' states are already on their way
+// into shared memory (cp.async, a ring of Layer::kDecodeStages states) and
+// their tokens' inputs into L2.
 // Warp w holds key rows [wR, wR + R) of the state, lane l value columns
 // 4l..4l+3 (and 128 further on for wider values), so each row is one
 // 16-byte access per lane. Key vectors are held by every lane of a warp as
@@ -22,9 +23,7 @@
 
 namespace linac::cuda {
 
-constexpr int kDecodeWarps = 16;
-/// States staged per block: the one computed on and those on their way.
-constexpr int kDecodeStages = 2;
+constexpr int kDecodeWarps = 8;
 
 template <typename Layer> constexpr int decodeThreads() {
   return kDecodeWarps * 32;
@@ -52,26 +51,36 @@ template <int Slots> LINAC_DEVICE void sumOverWarps(float (&x)[Slots]) {
   }
 }
 
-/// Column sums over the block: x[c] is this warp's partial sum for this
-/// lane's column c; every thread of the block must call it.
+/// Column sums over the block: x[c] is this warp's partial sum for entry
+/// c * 32 + lane; every thread of the block must call it. Groups of four
+/// warps' partials are added first, so each thread reads fewer of them.
 template <int Slots> LINAC_DEVICE void sumColumnsOverWarps(float (&x)[Slots]) {
-  __shared__ float partial[kDecodeWarps][Slots * 32];
+  constexpr int kEntries = Slots * 32, kGroups = kDecodeWarps / 4;
+  __shared__ float partial[kDecodeWarps][kEntries];
+  __shared__ float grouped[kGroups][kEntries];
   __syncthreads();
 #pragma unroll
   for (int c = 0; c < Slots; ++c)
     partial[warpId()][c * 32 + laneId()] = x[c];
   __syncthreads();
+  for (int e = threadIdx.x; e < kGroups * kEntries; e += blockDim.x) {
+    int group = e / kEntries, entry = e % kEntries;
+    grouped[group][entry] =
+        (partial[4 * group][entry] + partial[4 * group + 1][entry]) +
+        (partial[4 * group + 2][entry] + partial[4 * group + 3][entry]);
+  }
+  __syncthreads();
 #pragma unroll
   for (int c = 0; c < Slots; ++c) {
     float total = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w)
-      total += partial[w][c * 32 + laneId()];
+    for (int g = 0; g < kGroups; ++g)
+      total += grouped[g][c * 32 + laneId()];
     x[c] = total;
   }
 }
 
-/// The key rows of this warp's share of the state, R = ceil(N / 16) of them.
+/// The key rows of this warp's share of the state, R = ceil(N / 8) of them.
 template <int N>
 struct RowSlice
     : Elements<RowSlice<N>, (N + kDecodeWarps - 1) / kDecodeWarps> {
@@ -149,12 +158,19 @@ template <int N> struct IsVector<RowSlice<N>> : std::true_type {};
 template <int N> struct IsVector<LaneVec<N>> : std::true_type {};
 template <int K, int V> struct IsVector<MatrixTile<K, V>> : std::true_type {};
 
-/// Copies 4 or 16 bytes to shared memory without holding a register.
+/// Copies 4 or 16 bytes to shared memory without holding a register. The
+/// 16-byte form bypasses L1, whose few kilobytes beside the staging area
+/// would otherwise bound the bytes in flight.
 template <int Bytes>
 LINAC_DEVICE void copyAsync(void *shared, const void *global) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(
-                   unsigned(__cvta_generic_to_shared(shared))),
-               "l"(global), "n"(Bytes));
+  if constexpr (Bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     unsigned(__cvta_generic_to_shared(shared))),
+                 "l"(global));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(
+                     unsigned(__cvta_generic_to_shared(shared))),
+                 "l"(global), "n"(Bytes));
 }
 LINAC_DEVICE void commitCopies() { asm volatile("cp.async.commit_group;\n"); }
 /// Waits until at most `Pending` of this thread's latest copy groups are
@@ -216,16 +232,27 @@ template <int K, int V, bool Normalized> struct DecodeState {
         if (row(r) < K)
           copyAsync<4>(staged(area, kRows * kSlots + r), p + row(r) * kColumns + V);
   }
-  /// Takes the state this thread staged, once its copies have landed.
-  LINAC_DEVICE void loadStaged(float *area) {
+  /// Fills the registers with read(e, offset): this thread's staged float
+  /// e, at `offset` in the state's memory.
+  template <typename Read> LINAC_DEVICE void fill(Read read) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int c = 0; c < kSlots; ++c)
-        s[r][c] = live(r, c) ? *staged(area, r * kSlots + c) : 0.0f;
+        s[r][c] = live(r, c) ? read(r * kSlots + c, row(r) * kColumns + column(c))
+                             : 0.0f;
 #pragma unroll
     for (int r = 0; r < (Normalized ? kRows : 0); ++r)
-      norm[r] = row(r) < K ? *staged(area, kRows * kSlots + r) : 0.0f;
+      norm[r] = row(r) < K ? read(kRows * kSlots + r, row(r) * kColumns + V)
+                           : 0.0f;
+  }
+  /// Takes the state this thread staged, once its copies have landed.
+  LINAC_DEVICE void loadStaged(float *area) {
+    fill([&](int e, int) { return *staged(area, e); });
+  }
+  /// Reads the state at `p` straight into registers.
+  LINAC_DEVICE void load(const float *p) {
+    fill([&](int, int offset) { return p[offset]; });
   }
   LINAC_DEVICE void store(float *p) const {
 #pragma unroll
@@ -343,8 +370,8 @@ template <int K, int V, bool Normalized> struct DecodeState {
 /// Dynamic shared memory of the decode kernel: the ring of staged states.
 template <typename Layer> constexpr size_t decodeSharedBytes() {
   using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer>;
-  return size_t(kDecodeStages) * State::stageFloats(decodeThreads<Layer>()) *
-         sizeof(float);
+  return size_t(Layer::kDecodeStages) *
+         State::stageFloats(decodeThreads<Layer>()) * sizeof(float);
 }
 
 /// Decode steps: each of the grid's blocks takes the (head, sequence) items
@@ -354,6 +381,7 @@ template <typename Layer> constexpr size_t decodeSharedBytes() {
 template <typename Layer, typename T>
 LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer>;
+  constexpr int kDecodeStages = Layer::kDecodeStages;
   extern __shared__ __align__(16) float stagingArea[];
   const int64_t items = args.num_seqs * args.num_heads;
   const int64_t headSize = int64_t(Layer::K) * stateColumns<Layer>();
@@ -368,31 +396,55 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   // The block's n-th item and its stage in the ring.
   auto itemAt = [&](int64_t n) { return blockIdx.x + n * int64_t(gridDim.x); };
   auto stageAt = [&](int64_t n) {
-    return stagingArea + n % kDecodeStages * State::stageFloats(blockDim.x);
+    return stagingArea + n % (kDecodeStages > 0 ? kDecodeStages : 1) *
+                             State::stageFloats(blockDim.x);
   };
-  // Every step commits one group of copies, empty or not, so that waiting
-  // for all but the latest kDecodeStages - 1 groups means item n's landed.
+  // Starts item n's state towards its stage in shared memory and its
+  // tokens' inputs towards L2; returns its slot. Every call commits one
+  // group of copies, empty or not, so that waiting for all but the latest
+  // kDecodeStages - 1 groups means the oldest item's state has landed.
   auto prefetch = [&](int64_t n) {
     int64_t item = itemAt(n), slot = slotOf(item);
-    if (slot >= 0)
+    if (slot >= 0) {
       State::prefetch(stateOf(item, slot), stageAt(n));
+      prefetchInputs<Layer, T>(args, item / args.num_heads * args.tokens,
+                               int(args.tokens), int(item % args.num_heads));
+    }
     commitCopies();
+    return slot;
   };
   const float scale = readScale<Layer>(args);
   T *output = static_cast<T *>(args.output);
+  constexpr int kRing = kDecodeStages > 0 ? kDecodeStages : 1;
 
-  for (int n = 0; n < kDecodeStages - 1; ++n)
-    prefetch(n);
+  // Slots of the items in the ring, oldest first.
+  int64_t slots[kRing];
+  if constexpr (kDecodeStages > 0)
+#pragma unroll
+    for (int a = 0; a < kDecodeStages; ++a)
+      slots[a] = prefetch(a);
   State state;
   for (int64_t n = 0; itemAt(n) < items; ++n) {
-    // The stage item n + kDecodeStages - 1 takes was read back by this
-    // thread, the only one that reads it, in the previous step.
-    prefetch(n + kDecodeStages - 1);
-    waitCopies<kDecodeStages - 1>();
-    int64_t item = itemAt(n), slot = slotOf(item);
+    const int64_t item = itemAt(n);
+    int64_t slot;
+    if constexpr (kDecodeStages > 0) {
+      waitCopies<kRing - 1>();
+      slot = slots[0];
+#pragma unroll
+      for (int a = 0; a + 1 < kRing; ++a)
+        slots[a] = slots[a + 1];
+      if (slot >= 0)
+        state.loadStaged(stageAt(n));
+      // This thread alone reads back what it staged, and has, so item
+      // n + kDecodeStages may take the stage at once.
+      slots[kRing - 1] = prefetch(n + kDecodeStages);
+    } else {
+      slot = slotOf(item);
+      if (slot >= 0)
+        state.load(stateOf(item, slot));
+    }
     if (slot < 0)
       continue;
-    state.loadStaged(stageAt(n));
     int64_t seq = item / args.num_heads;
     int head = int(item % args.num_heads);
     for (int64_t t = seq * args.tokens; t < (seq + 1) * args.tokens; ++t)

@@ -6,6 +6,9 @@
 #include "linac/cuda/abi.h"
 #include "linac/cuda/vec.h"
 
+#include <type_traits>
+#include <utility>
+
 namespace linac::cuda {
 
 /// One token of one head, in the arguments of a forward pass or of a
@@ -29,6 +32,31 @@ struct Token {
     return args.params[i] + groupHead(args.param_heads[i]) * Layer::paramSize(i);
   }
 };
+
+/// Calls f(std::integral_constant<int, I>) for I = 0, 1, ..., N - 1, so that
+/// f's per-input sizes and offsets are constants.
+template <typename F, int... I>
+LINAC_DEVICE void forEachIndex(F &&f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+
+/// Asks L2 for the inputs of tokens [first, first + count) of `head`.
+template <typename Layer, typename T, typename Args>
+LINAC_DEVICE void prefetchInputs(const Args &args, int64_t first, int count,
+                                 int head) {
+  forEachIndex(
+      [&](auto input) {
+        constexpr int i = decltype(input)::value;
+        constexpr int64_t bytes = Layer::inputSize(i) * int64_t(sizeof(T));
+        for (int t = threadIdx.x; t < count; t += blockDim.x) {
+          const char *p = reinterpret_cast<const char *>(
+              Token<Layer, T, Args>{args, first + t, head}.input(i));
+          for (int64_t byte = 0; byte < bytes; byte += 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + byte));
+        }
+      },
+      std::make_integer_sequence<int, Layer::kNumInputs>{});
+}
 
 /// The token range [begin, end) of sequence `seq`.
 LINAC_DEVICE void sequenceBounds(const linac_cuda_forward_args &args,

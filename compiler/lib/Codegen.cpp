@@ -379,6 +379,12 @@ std::string BodyEmitter::stepFunction(const Flavor &bodyFlavor,
   return function(signature);
 }
 
+int64_t planInteger(LayerOp layer, StringRef name) {
+  return layer->getAttrOfType<DictionaryAttr>(kPlanAttr)
+      .getAs<IntegerAttr>(name)
+      .getInt();
+}
+
 bool isRecurrent(LayerOp layer) {
   auto plan = layer->getAttrOfType<DictionaryAttr>(kPlanAttr);
   return plan.getAs<StringAttr>("family").getValue() == "recurrent";
@@ -438,10 +444,7 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
       emitter.constants(fmt::format(
           "  static constexpr Gate kKeyGate = Gate::{};\n"
           "  static constexpr int kDecodeStages = {};\n",
-          gate.str(),
-          layer->getAttrOfType<DictionaryAttr>(kPlanAttr)
-              .getAs<IntegerAttr>("decode_stages")
-              .getInt()));
+          gate.str(), planInteger(layer, "decode_stages")));
   // The functions run by the chunkwise kernels and by the scan, each set in
   // a struct nested in Layer.
   auto nested = [](StringRef name, const std::string &functions) {
@@ -474,18 +477,14 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
         "\"the plan's shared memory\");\n"
         "LINAC_CHUNK_KERNELS(Layer)\n"
         "LINAC_SCAN_KERNEL_FLOAT32(Layer)\n",
-        layer->getAttrOfType<DictionaryAttr>(kPlanAttr)
-            .getAs<IntegerAttr>("shared_memory")
-            .getInt());
+        planInteger(layer, "shared_memory"));
   else
     out += "LINAC_SCAN_KERNELS(Layer)\n";
   out += fmt::format(
       "static_assert(linac::cuda::decodeSharedBytes<Layer>() == {}, "
       "\"the plan's decode shared memory\");\n"
       "LINAC_DECODE_KERNELS(Layer)\n",
-      layer->getAttrOfType<DictionaryAttr>(kPlanAttr)
-          .getAs<IntegerAttr>("decode_shared_memory")
-          .getInt());
+      planInteger(layer, "decode_shared_memory"));
   if (emitter.failed)
     return failure();
   return out;

@@ -31,24 +31,29 @@ template <typename Layer> constexpr int decodeThreads() {
 
 LINAC_DEVICE int warpId() { return threadIdx.x / 32; }
 
+/// table[0][entry] + table[1][entry] + ... + table[Rows - 1][entry].
+template <int Rows, int Entries>
+LINAC_DEVICE float sumOverRows(const float (&table)[Rows][Entries], int entry) {
+  float total = 0.0f;
+#pragma unroll
+  for (int row = 0; row < Rows; ++row)
+    total += table[row][entry];
+  return total;
+}
+
 /// Sums over the block values every lane of each warp holds alike; every
 /// thread of the block must call it.
 template <int Slots> LINAC_DEVICE void sumOverWarps(float (&x)[Slots]) {
-  __shared__ float partial[Slots][kDecodeWarps];
+  __shared__ float partial[kDecodeWarps][Slots];
   __syncthreads();
   if (laneId() == 0)
 #pragma unroll
     for (int c = 0; c < Slots; ++c)
-      partial[c][warpId()] = x[c];
+      partial[warpId()][c] = x[c];
   __syncthreads();
 #pragma unroll
-  for (int c = 0; c < Slots; ++c) {
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w)
-      total += partial[c][w];
-    x[c] = total;
-  }
+  for (int c = 0; c < Slots; ++c)
+    x[c] = sumOverRows(partial, c);
 }
 
 /// Column sums over the block: x[c] is this warp's partial sum for entry
@@ -71,13 +76,8 @@ template <int Slots> LINAC_DEVICE void sumColumnsOverWarps(float (&x)[Slots]) {
   }
   __syncthreads();
 #pragma unroll
-  for (int c = 0; c < Slots; ++c) {
-    float total = 0.0f;
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g)
-      total += grouped[g][c * 32 + laneId()];
-    x[c] = total;
-  }
+  for (int c = 0; c < Slots; ++c)
+    x[c] = sumOverRows(grouped, c * 32 + laneId());
 }
 
 /// The key rows of this warp's share of the state, R = ceil(N / 8) of them.
@@ -85,20 +85,13 @@ template <int N>
 struct RowSlice
     : Elements<RowSlice<N>, (N + kDecodeWarps - 1) / kDecodeWarps> {
   static constexpr int kRows = (N + kDecodeWarps - 1) / kDecodeWarps;
-  LINAC_DEVICE static int row(int r) { return warpId() * kRows + r; }
+  LINAC_DEVICE static int index(int r) { return warpId() * kRows + r; }
   template <typename T> LINAC_DEVICE static RowSlice load(const T *p) {
-    RowSlice v;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      v.x[r] = row(r) < N ? toFloat(p[row(r)]) : 0.0f;
-    return v;
+    return loadSlots<RowSlice, N>(p);
   }
   /// Every thread of the block must call it.
   LINAC_DEVICE float sum() const {
-    float s[1] = {0.0f};
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      s[0] += row(r) < N ? this->x[r] : 0.0f;
+    float s[1] = {sumOfSlots<N>(*this)};
     sumOverWarps(s);
     return s[0];
   }
@@ -112,11 +105,7 @@ template <int N> struct LaneVec : Elements<LaneVec<N>, (N + 127) / 128 * 4> {
     return slot / 4 * 128 + laneId() * 4 + slot % 4;
   }
   template <typename T> LINAC_DEVICE static LaneVec load(const T *p) {
-    LaneVec v;
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i)
-      v.x[i] = index(i) < N ? toFloat(p[index(i)]) : 0.0f;
-    return v;
+    return loadSlots<LaneVec, N>(p);
   }
   /// Warp 0 writes the vector for the block.
   template <typename T> LINAC_DEVICE void store(T *p) const {
@@ -126,13 +115,7 @@ template <int N> struct LaneVec : Elements<LaneVec<N>, (N + 127) / 128 * 4> {
         if (index(i) < N)
           p[index(i)] = fromFloat<T>(this->x[i]);
   }
-  LINAC_DEVICE float sum() const {
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i)
-      s += index(i) < N ? this->x[i] : 0.0f;
-    return warpSum(s);
-  }
+  LINAC_DEVICE float sum() const { return warpSum(sumOfSlots<N>(*this)); }
 };
 
 /// This thread's elements of a per-token K x V matrix, row-major in memory:
@@ -147,7 +130,7 @@ struct MatrixTile
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int c = 0; c < kSlots; ++c) {
-        int i = RowSlice<K>::row(r), j = LaneVec<V>::index(c);
+        int i = RowSlice<K>::index(r), j = LaneVec<V>::index(c);
         m.x[r * kSlots + c] = i < K && j < V ? toFloat(p[i * V + j]) : 0.0f;
       }
     return m;
@@ -192,7 +175,7 @@ template <int K, int V, bool Normalized> struct DecodeState {
   float s[kRows][kSlots];
   float norm[Normalized ? kRows : 1];
 
-  LINAC_DEVICE static int row(int r) { return RowSlice<K>::row(r); }
+  LINAC_DEVICE static int row(int r) { return RowSlice<K>::index(r); }
   LINAC_DEVICE static int column(int c) { return LaneVec<V>::index(c); }
   LINAC_DEVICE static bool live(int r, int c) {
     return row(r) < K && column(c) < V;
@@ -207,25 +190,30 @@ template <int K, int V, bool Normalized> struct DecodeState {
   LINAC_HOST_DEVICE static constexpr int stageFloats(int threads) {
     return (kStaged + 3) / 4 * 4 * threads;
   }
-  /// Starts copying the state at `p` into this thread's staging area.
-  LINAC_DEVICE static void prefetch(const float *p, float *area) {
+  /// Calls f(r, c, offset) for each of this thread's live rows r and runs
+  /// of four value columns from slot c, `offset` being the run's place in
+  /// the state's memory.
+  template <typename F> LINAC_DEVICE static void forEachQuad(F f) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int c = 0; c < kSlots; c += 4) {
-        if (!live(r, c))
-          continue;
-        const float *from = p + row(r) * kColumns + column(c);
-        float *to = staged(area, r * kSlots + c);
-        if constexpr (kQuads) {
-          copyAsync<16>(to, from);
-        } else {
+      for (int c = 0; c < kSlots; c += 4)
+        if (live(r, c))
+          f(r, c, row(r) * kColumns + column(c));
+  }
+  /// Starts copying the state at `p` into this thread's staging area.
+  LINAC_DEVICE static void prefetch(const float *p, float *area) {
+    forEachQuad([&](int r, int c, int offset) {
+      float *to = staged(area, r * kSlots + c);
+      if constexpr (kQuads) {
+        copyAsync<16>(to, p + offset);
+      } else {
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            if (column(c + i) < V)
-              copyAsync<4>(to + i, from + i);
-        }
+        for (int i = 0; i < 4; ++i)
+          if (column(c + i) < V)
+            copyAsync<4>(to + i, p + offset + i);
       }
+    });
     if constexpr (Normalized)
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
@@ -255,23 +243,17 @@ template <int K, int V, bool Normalized> struct DecodeState {
     fill([&](int, int offset) { return p[offset]; });
   }
   LINAC_DEVICE void store(float *p) const {
+    forEachQuad([&](int r, int c, int offset) {
+      if constexpr (kQuads) {
+        *reinterpret_cast<float4 *>(p + offset) =
+            make_float4(s[r][c], s[r][c + 1], s[r][c + 2], s[r][c + 3]);
+      } else {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int c = 0; c < kSlots; c += 4) {
-        if (!live(r, c))
-          continue;
-        float *to = p + row(r) * kColumns + column(c);
-        if constexpr (kQuads) {
-          *reinterpret_cast<float4 *>(to) =
-              make_float4(s[r][c], s[r][c + 1], s[r][c + 2], s[r][c + 3]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            if (column(c + i) < V)
-              to[i] = s[r][c + i];
-        }
+        for (int i = 0; i < 4; ++i)
+          if (column(c + i) < V)
+            p[offset + i] = s[r][c + i];
       }
+    });
     if constexpr (Normalized)
       if (laneId() == 0)
 #pragma unroll

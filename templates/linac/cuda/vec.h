@@ -96,27 +96,39 @@ template <typename Derived, int Slots> struct Elements {
   }
 };
 
+/// A vector of N from memory, for types whose slot i holds element
+/// Vec::index(i) (zero past N).
+template <typename Vec, int N, typename T>
+LINAC_DEVICE Vec loadSlots(const T *p) {
+  Vec v;
+#pragma unroll
+  for (int i = 0; i < int(sizeof(v.x) / sizeof(float)); ++i)
+    v.x[i] = Vec::index(i) < N ? toFloat(p[Vec::index(i)]) : 0.0f;
+  return v;
+}
+
+/// The sum of this thread's elements of such a vector.
+template <int N, typename Vec> LINAC_DEVICE float sumOfSlots(const Vec &v) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < int(sizeof(v.x) / sizeof(float)); ++i)
+    s += Vec::index(i) < N ? v.x[i] : 0.0f;
+  return s;
+}
+
 /// A vector of N spread over a warp; lanes hold zeros past N.
 template <int N> struct WarpVec : Elements<WarpVec<N>, (N + 31) / 32> {
   static constexpr int kSlots = (N + 31) / 32;
   LINAC_DEVICE static int index(int slot) { return slot * 32 + laneId(); }
   template <typename T> LINAC_DEVICE static WarpVec load(const T *p) {
-    WarpVec v;
-    for (int i = 0; i < kSlots; ++i)
-      v.x[i] = index(i) < N ? toFloat(p[index(i)]) : 0.0f;
-    return v;
+    return loadSlots<WarpVec, N>(p);
   }
   template <typename T> LINAC_DEVICE void store(T *p) const {
     for (int i = 0; i < kSlots; ++i)
       if (index(i) < N)
         p[index(i)] = fromFloat<T>(this->x[i]);
   }
-  LINAC_DEVICE float sum() const {
-    float s = 0.0f;
-    for (int i = 0; i < kSlots; ++i)
-      s += index(i) < N ? this->x[i] : 0.0f;
-    return warpSum(s);
-  }
+  LINAC_DEVICE float sum() const { return warpSum(sumOfSlots<N>(*this)); }
 };
 
 /// A key vector every thread of the scan holds whole.

@@ -53,7 +53,8 @@ struct Flavor {
 const Flavor kCpuFlavor{"Vec<{}>", "Vec<{}>", "Vec<{}>"};
 const Flavor kWarpFlavor{"WarpVec<{}>", "WarpVec<{}>", "", true};
 const Flavor kScanFlavor{"FullVec<{}>", "ColumnVec<{}>", "MatrixColumn<K, V>"};
-const Flavor kDecodeFlavor{"RowSlice<{}>", "LaneVec<{}>", "MatrixTile<K, V>"};
+const Flavor kDecodeFlavor{"RowSlice<{}, kDecodeWarps>", "LaneVec<{}>",
+                           "MatrixTile<K, V, kDecodeWarps>"};
 
 std::string floatLiteral(double value) {
   std::string digits = fmt::format("{:.9g}", value);
@@ -443,8 +444,9 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
       "struct Layer {\n" +
       emitter.constants(fmt::format(
           "  static constexpr Gate kKeyGate = Gate::{};\n"
-          "  static constexpr int kDecodeStages = {};\n",
-          gate.str(), planInteger(layer, "decode_stages")));
+          "  static constexpr int kDecodeWarps = {}, kDecodeStages = {};\n",
+          gate.str(), planInteger(layer, "decode_warps"),
+          planInteger(layer, "decode_stages")));
   // The functions run by the chunkwise kernels and by the scan, each set in
   // a struct nested in Layer.
   auto nested = [](StringRef name, const std::string &functions) {

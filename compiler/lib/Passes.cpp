@@ -84,15 +84,14 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
 }
 
 /// Shared memory one staged state takes in the decode kernel
-/// (DecodeState::stageFloats in templates/linac/cuda/decode.h): 8 warps of
-/// ceil(K / 8) key rows, each lane four value columns per 128 and the
-/// normaliser's rows.
-int64_t decodeStageBytes(StateType state) {
-  constexpr int64_t kThreads = 256;
-  int64_t rows = (state.getKeyDim() + 7) / 8;
+/// (DecodeState::stageFloats in templates/linac/cuda/decode.h): `warps`
+/// warps of ceil(K / warps) key rows, each lane four value columns per 128
+/// and the normaliser's rows.
+int64_t decodeStageBytes(StateType state, int64_t warps) {
+  int64_t rows = (state.getKeyDim() + warps - 1) / warps;
   int64_t slots = (state.getValueDim() + 127) / 128 * 4;
   int64_t staged = rows * slots + (state.getNormalized() ? rows : 0);
-  return (staged + 3) / 4 * 4 * kThreads * 4;
+  return (staged + 3) / 4 * 4 * warps * 32 * 4;
 }
 
 /// The most dynamic shared memory one block may have.
@@ -110,6 +109,11 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
           << "unknown target '" << target << "'; expected cpu, sm_90a or sm_80";
       return signalPassFailure();
     }
+    if (gpu && decodeWarps != 8 && decodeWarps != 16) {
+      getOperation().emitError()
+          << "decode-warps must be 8 or 16, got " << decodeWarps.getValue();
+      return signalPassFailure();
+    }
     getOperation().walk([&](LayerOp layer) {
       if (!layer->hasAttr(kNormalFormAttr)) {
         layer.emitError("has no normal form; run -linac-normalize first");
@@ -125,20 +129,26 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       StateType state = layer.getStateType();
       int64_t valueDim = state.getValueDim();
       // Decode reads and writes each head's state once per step, key rows
-      // split over 8 warps and each row one coalesced access along the
-      // value axis, so the pool keeps the forward pass's key-major layout.
+      // split over the block's warps and each row one coalesced access
+      // along the value axis, so the pool keeps the forward pass's
+      // key-major layout.
       add("decode_state_layout", b.getStringAttr("key_major"));
       if (gpu) {
-        // Two blocks per multiprocessor, each with the next item's state on
-        // its way into shared memory while it computes, when that fits
-        // beside the reductions' 16 KiB; otherwise each step loads its
-        // state directly. (Measured on an H200 at K = V = 128: one block of
-        // 16 warps with two or three states staged was slower.)
+        // 8 warps, two blocks per multiprocessor, each with the next
+        // item's state on its way into shared memory while it computes;
+        // 16 warps, one block with two items on their way (measured on an
+        // H200 at K = V = 128: 8 warps were faster for linear attention
+        // and Gated DeltaNet, three items staged slower than two). A stage
+        // that does not fit beside the reductions' 16 KiB makes each step
+        // load its state directly.
         constexpr int64_t kReductionBytes = 16 * 1024;
-        int64_t stage = decodeStageBytes(state);
-        int64_t stages = std::min<int64_t>(
-            1, (sharedMemoryLimit(target) / 2 - kReductionBytes) / stage);
-        add("decode_block_threads", b.getI64IntegerAttr(256));
+        bool twoBlocks = decodeWarps == 8;
+        int64_t stage = decodeStageBytes(state, decodeWarps);
+        int64_t room = sharedMemoryLimit(target) / (twoBlocks ? 2 : 1);
+        int64_t stages =
+            std::min<int64_t>(twoBlocks ? 1 : 2, (room - kReductionBytes) / stage);
+        add("decode_warps", b.getI64IntegerAttr(decodeWarps));
+        add("decode_block_threads", b.getI64IntegerAttr(32 * decodeWarps));
         add("decode_stages", b.getI64IntegerAttr(stages));
         add("decode_shared_memory", b.getI64IntegerAttr(stages * stage));
       }

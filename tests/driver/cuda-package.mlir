@@ -1,7 +1,7 @@
 // A package for a GPU target: the generated CUDA source, the cubin, and a
 // manifest describing each kernel. A second compilation of the same spec
 // takes the cubin from the cache; sm_80 builds too.
-// RUN: rm -rf %t.linac %t.again.linac %t.cache %t.sm80.linac
+// RUN: rm -rf %t.linac %t.again.linac %t.cache %t.sm80.linac %t.w16.linac
 // RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_90a -o %t.linac
 // RUN: FileCheck %s --check-prefix=MANIFEST --input-file %t.linac/manifest.json
 // RUN: FileCheck %s --check-prefix=SOURCE --input-file %t.linac/layer.cu
@@ -17,6 +17,8 @@
 // RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_80 -o %t.sm80.linac
 // RUN: ls %t.cache | count 3
 // RUN: linac describe %t.sm80.linac | FileCheck %s --check-prefix=DESCRIBE
+// RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_90a --decode-warps 16 -o %t.w16.linac
+// RUN: FileCheck %s --check-prefix=WARPS16 --input-file %t.w16.linac/manifest.json
 // RUN: not linac bench %t.linac --dtype int8 2>&1 | FileCheck %s --check-prefix=BENCHDTYPE
 // RUN: not linac bench %t.linac --shape 8,4096 2>&1 | FileCheck %s --check-prefix=BENCHSHAPE
 // RUN: not linac bench %t.missing.linac 2>&1 | FileCheck %s --check-prefix=BENCHMISSING
@@ -54,15 +56,21 @@
 
 // SOURCE: #include "linac/cuda/layer.h"
 // SOURCE: static constexpr Gate kKeyGate = Gate::Scalar;
+// SOURCE-NEXT: static constexpr int kDecodeWarps = 8, kDecodeStages = 1;
 // SOURCE: struct Chunk {
 // SOURCE: out.gk = v{{[0-9]+}};
 // SOURCE: struct Scan {
 // SOURCE: struct Decode {
-// SOURCE: RowSlice<16>::load(token.input(0))
+// SOURCE: RowSlice<16, kDecodeWarps>::load(token.input(0))
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
 // SOURCE: LINAC_CHUNK_KERNELS(Layer)
 // SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)
 // SOURCE: LINAC_DECODE_KERNELS(Layer)
+
+// WARPS16: "decode": {
+// WARPS16-NEXT: "kernels": [
+// WARPS16-NEXT: {
+// WARPS16-NEXT: "block_threads": 512,
 
 // ONECOMPILE: {{^1$}}
 // DESCRIBE: layer @small_gated_delta for sm_80, K = 16, V = 16

@@ -51,6 +51,10 @@ static cl::opt<std::string> specPath(cl::Positional, cl::desc("<spec.mlir>"),
                                      cl::Required, cl::sub(compileCommand));
 static cl::opt<std::string> targetName("target", cl::desc("cpu, sm_90a or sm_80"),
                                        cl::init("cpu"), cl::sub(compileCommand));
+static cl::opt<int64_t> decodeWarps(
+    "decode-warps",
+    cl::desc("Warps of a GPU decode block: 8 (the default) or 16"),
+    cl::init(8), cl::sub(compileCommand));
 static cl::opt<std::string> outputPath("o", cl::desc("Package directory"),
                                        cl::value_desc("NAME.linac"),
                                        cl::sub(compileCommand));
@@ -345,7 +349,7 @@ static int compile() {
 
   PassManager pm(&context);
   pm.addPass(linac::createLinacNormalize());
-  pm.addPass(linac::createLinacPlan({targetName}));
+  pm.addPass(linac::createLinacPlan({targetName, decodeWarps}));
   if (failed(pm.run(*module)))
     return 1;
   FailureOr<std::string> source = targetName == "cpu"

@@ -1,8 +1,9 @@
 //===- decode.h - decode steps on a state pool ------------------*- C++ -*-===//
 //
 // A few new tokens per sequence, so the cost is reading and writing each
-// head's state, and the kernel must keep memory busy. Each block of 8 warps
-// (two per multiprocessor) runs (head, sequence) items one after another;
+// head's state, and the kernel must keep memory busy. Each block of
+// Layer::kDecodeWarps warps (the plan's decode_warps; two blocks per
+// multiprocessor with 8) runs (head, sequence) items one after another;
 // while it computes one, the next ones' states are already on their way
 // into shared memory (cp.async, a ring of Layer::kDecodeStages states) and
 // their tokens' inputs into L2.
@@ -23,10 +24,13 @@
 
 namespace linac::cuda {
 
-constexpr int kDecodeWarps = 8;
-
 template <typename Layer> constexpr int decodeThreads() {
-  return kDecodeWarps * 32;
+  return Layer::kDecodeWarps * 32;
+}
+/// 8 warps run two blocks per multiprocessor, so that one computes while
+/// the other waits on memory; 16 warps take a multiprocessor's registers.
+template <typename Layer> constexpr int decodeBlocksPerMultiprocessor() {
+  return Layer::kDecodeWarps == 8 ? 2 : 1;
 }
 
 LINAC_DEVICE int warpId() { return threadIdx.x / 32; }
@@ -43,8 +47,9 @@ LINAC_DEVICE float sumOverRows(const float (&table)[Rows][Entries], int entry) {
 
 /// Sums over the block values every lane of each warp holds alike; every
 /// thread of the block must call it.
-template <int Slots> LINAC_DEVICE void sumOverWarps(float (&x)[Slots]) {
-  __shared__ float partial[kDecodeWarps][Slots];
+template <int Warps, int Slots>
+LINAC_DEVICE void sumOverWarps(float (&x)[Slots]) {
+  __shared__ float partial[Warps][Slots];
   __syncthreads();
   if (laneId() == 0)
 #pragma unroll
@@ -59,9 +64,11 @@ template <int Slots> LINAC_DEVICE void sumOverWarps(float (&x)[Slots]) {
 /// Column sums over the block: x[c] is this warp's partial sum for entry
 /// c * 32 + lane; every thread of the block must call it. Groups of four
 /// warps' partials are added first, so each thread reads fewer of them.
-template <int Slots> LINAC_DEVICE void sumColumnsOverWarps(float (&x)[Slots]) {
-  constexpr int kEntries = Slots * 32, kGroups = kDecodeWarps / 4;
-  __shared__ float partial[kDecodeWarps][kEntries];
+template <int Warps, int Slots>
+LINAC_DEVICE void sumColumnsOverWarps(float (&x)[Slots]) {
+  static_assert(Warps % 4 == 0, "warps add up in groups of four");
+  constexpr int kEntries = Slots * 32, kGroups = Warps / 4;
+  __shared__ float partial[Warps][kEntries];
   __shared__ float grouped[kGroups][kEntries];
   __syncthreads();
 #pragma unroll
@@ -80,11 +87,11 @@ template <int Slots> LINAC_DEVICE void sumColumnsOverWarps(float (&x)[Slots]) {
     x[c] = sumOverRows(grouped, c * 32 + laneId());
 }
 
-/// The key rows of this warp's share of the state, R = ceil(N / 8) of them.
-template <int N>
-struct RowSlice
-    : Elements<RowSlice<N>, (N + kDecodeWarps - 1) / kDecodeWarps> {
-  static constexpr int kRows = (N + kDecodeWarps - 1) / kDecodeWarps;
+/// The key rows of this warp's share of the state, R = ceil(N / Warps) of
+/// them.
+template <int N, int Warps>
+struct RowSlice : Elements<RowSlice<N, Warps>, (N + Warps - 1) / Warps> {
+  static constexpr int kRows = (N + Warps - 1) / Warps;
   LINAC_DEVICE static int index(int r) { return warpId() * kRows + r; }
   template <typename T> LINAC_DEVICE static RowSlice load(const T *p) {
     return loadSlots<RowSlice, N>(p);
@@ -92,7 +99,7 @@ struct RowSlice
   /// Every thread of the block must call it.
   LINAC_DEVICE float sum() const {
     float s[1] = {sumOfSlots<N>(*this)};
-    sumOverWarps(s);
+    sumOverWarps<Warps>(s);
     return s[0];
   }
 };
@@ -120,26 +127,29 @@ template <int N> struct LaneVec : Elements<LaneVec<N>, (N + 127) / 128 * 4> {
 
 /// This thread's elements of a per-token K x V matrix, row-major in memory:
 /// its warp's rows, its lane's columns.
-template <int K, int V>
-struct MatrixTile
-    : Elements<MatrixTile<K, V>, RowSlice<K>::kRows * LaneVec<V>::kSlots> {
-  static constexpr int kRows = RowSlice<K>::kRows, kSlots = LaneVec<V>::kSlots;
+template <int K, int V, int Warps>
+struct MatrixTile : Elements<MatrixTile<K, V, Warps>,
+                             RowSlice<K, Warps>::kRows * LaneVec<V>::kSlots> {
+  static constexpr int kRows = RowSlice<K, Warps>::kRows,
+                       kSlots = LaneVec<V>::kSlots;
   template <typename T> LINAC_DEVICE static MatrixTile load(const T *p) {
     MatrixTile m;
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int c = 0; c < kSlots; ++c) {
-        int i = RowSlice<K>::index(r), j = LaneVec<V>::index(c);
+        int i = RowSlice<K, Warps>::index(r), j = LaneVec<V>::index(c);
         m.x[r * kSlots + c] = i < K && j < V ? toFloat(p[i * V + j]) : 0.0f;
       }
     return m;
   }
 };
 
-template <int N> struct IsVector<RowSlice<N>> : std::true_type {};
+template <int N, int Warps>
+struct IsVector<RowSlice<N, Warps>> : std::true_type {};
 template <int N> struct IsVector<LaneVec<N>> : std::true_type {};
-template <int K, int V> struct IsVector<MatrixTile<K, V>> : std::true_type {};
+template <int K, int V, int Warps>
+struct IsVector<MatrixTile<K, V, Warps>> : std::true_type {};
 
 /// Copies 4 or 16 bytes to shared memory without holding a register. The
 /// 16-byte form bypasses L1, whose few kilobytes beside the staging area
@@ -163,8 +173,10 @@ template <int Pending> LINAC_DEVICE void waitCopies() {
 }
 
 /// One thread's share of a head's state.
-template <int K, int V, bool Normalized> struct DecodeState {
-  static constexpr int kRows = RowSlice<K>::kRows, kSlots = LaneVec<V>::kSlots;
+template <int K, int V, bool Normalized, int Warps> struct DecodeState {
+  using Keys = RowSlice<K, Warps>;
+  using GateTile = MatrixTile<K, V, Warps>;
+  static constexpr int kRows = Keys::kRows, kSlots = LaneVec<V>::kSlots;
   /// Columns of a state row in memory; the normaliser, when kept, is last.
   static constexpr int kColumns = V + (Normalized ? 1 : 0);
   /// Whether each lane's four columns are one aligned 16-byte access.
@@ -175,7 +187,7 @@ template <int K, int V, bool Normalized> struct DecodeState {
   float s[kRows][kSlots];
   float norm[Normalized ? kRows : 1];
 
-  LINAC_DEVICE static int row(int r) { return RowSlice<K>::index(r); }
+  LINAC_DEVICE static int row(int r) { return Keys::index(r); }
   LINAC_DEVICE static int column(int c) { return LaneVec<V>::index(c); }
   LINAC_DEVICE static bool live(int r, int c) {
     return row(r) < K && column(c) < V;
@@ -262,7 +274,7 @@ template <int K, int V, bool Normalized> struct DecodeState {
             p[row(r) * kColumns + V] = norm[r];
   }
 
-  LINAC_DEVICE void decay(const RowSlice<K> &gk, const LaneVec<V> &gv) {
+  LINAC_DEVICE void decay(const Keys &gk, const LaneVec<V> &gv) {
     float columnFactor[kSlots];
 #pragma unroll
     for (int c = 0; c < kSlots; ++c)
@@ -277,7 +289,7 @@ template <int K, int V, bool Normalized> struct DecodeState {
         norm[r] *= rowFactor;
     }
   }
-  LINAC_DEVICE void matrixGate(const MatrixTile<K, V> &g) {
+  LINAC_DEVICE void matrixGate(const GateTile &g) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -286,7 +298,7 @@ template <int K, int V, bool Normalized> struct DecodeState {
   }
   /// x^T S over the block: a value column per slot, then the normaliser.
   static constexpr int kProjections = kSlots + (Normalized ? 1 : 0);
-  LINAC_DEVICE void project(const RowSlice<K> &x,
+  LINAC_DEVICE void project(const Keys &x,
                             float (&out)[kProjections]) const {
 #pragma unroll
     for (int c = 0; c < kSlots; ++c) {
@@ -305,12 +317,12 @@ template <int K, int V, bool Normalized> struct DecodeState {
         sum += x.x[r] * norm[r];
       out[kSlots] = laneId() == 0 ? sum : 0.0f;
     }
-    sumColumnsOverWarps(out);
+    sumColumnsOverWarps<Warps>(out);
     if constexpr (Normalized)
       out[kSlots] = warpSum(out[kSlots]);
   }
   /// S <- S - k (e^T S); every thread of the block must call it.
-  LINAC_DEVICE void erase(const RowSlice<K> &k, const RowSlice<K> &e) {
+  LINAC_DEVICE void erase(const Keys &k, const Keys &e) {
     float projection[kProjections];
     project(e, projection);
 #pragma unroll
@@ -323,7 +335,7 @@ template <int K, int V, bool Normalized> struct DecodeState {
     }
   }
   /// S <- S + k u^T; the normaliser's column takes `normalizerWeight`.
-  LINAC_DEVICE void write(const RowSlice<K> &k, const LaneVec<V> &u,
+  LINAC_DEVICE void write(const Keys &k, const LaneVec<V> &u,
                           float normalizerWeight) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -335,7 +347,7 @@ template <int K, int V, bool Normalized> struct DecodeState {
     }
   }
   /// S^T q, whole in every warp; every thread of the block must call it.
-  LINAC_DEVICE LaneVec<V> read(const RowSlice<K> &q, float scale) const {
+  LINAC_DEVICE LaneVec<V> read(const Keys &q, float scale) const {
     float raw[kProjections];
     project(q, raw);
     float divisor = 1.0f;
@@ -351,7 +363,8 @@ template <int K, int V, bool Normalized> struct DecodeState {
 
 /// Dynamic shared memory of the decode kernel: the ring of staged states.
 template <typename Layer> constexpr size_t decodeSharedBytes() {
-  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer>;
+  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer,
+                            Layer::kDecodeWarps>;
   return size_t(Layer::kDecodeStages) *
          State::stageFloats(decodeThreads<Layer>()) * sizeof(float);
 }
@@ -362,7 +375,8 @@ template <typename Layer> constexpr size_t decodeSharedBytes() {
 /// (-1) are skipped.
 template <typename Layer, typename T>
 LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
-  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer>;
+  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer,
+                            Layer::kDecodeWarps>;
   constexpr int kDecodeStages = Layer::kDecodeStages;
   extern __shared__ __align__(16) float stagingArea[];
   const int64_t items = args.num_seqs * args.num_heads;

@@ -46,17 +46,19 @@
   LINAC_CUDA_ENTRY(Layer, scan, float16, __half,                              \
                    linac::cuda::scanThreads<Layer>())
 
-/// Decode on a state pool, for every layer and dtype; two blocks per
-/// multiprocessor, so that one computes while the other waits on memory.
+/// Decode on a state pool, for every layer and dtype.
 #define LINAC_DECODE_KERNELS(Layer)                                            \
   LINAC_CUDA_ENTRY_FOR(Layer, decode, float32, float,                         \
-                       linac::cuda::decodeThreads<Layer>(), 2,                 \
+                       linac::cuda::decodeThreads<Layer>(),                    \
+                       linac::cuda::decodeBlocksPerMultiprocessor<Layer>(),    \
                        linac_cuda_decode_args)                                 \
   LINAC_CUDA_ENTRY_FOR(Layer, decode, bfloat16, __nv_bfloat16,                \
-                       linac::cuda::decodeThreads<Layer>(), 2,                 \
+                       linac::cuda::decodeThreads<Layer>(),                    \
+                       linac::cuda::decodeBlocksPerMultiprocessor<Layer>(),    \
                        linac_cuda_decode_args)                                 \
   LINAC_CUDA_ENTRY_FOR(Layer, decode, float16, __half,                        \
-                       linac::cuda::decodeThreads<Layer>(), 2,                 \
+                       linac::cuda::decodeThreads<Layer>(),                    \
+                       linac::cuda::decodeBlocksPerMultiprocessor<Layer>(),    \
                        linac_cuda_decode_args)
 
 #endif // LINAC_CUDA_LAYER_H

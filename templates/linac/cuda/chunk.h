@@ -280,10 +280,10 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   constexpr int HalfTiles = (ValueTiles + 1) / 2;
   constexpr bool kErase = Layer::kErase, kNormalizer = Layer::kNormalizer;
   constexpr Gate G = Layer::kKeyGate;
-  static_assert(C == 64, "four warps of 16 rows cover a chunk, one warp's "
+  static_assert(C == 64, "four roles of 16 rows cover a chunk, one warp's "
                          "lanes two tokens each");
   static_assert(K % 16 == 0 && V % 16 == 0 && K <= 128 && V <= 128,
-                "eight warps of 16 key rows hold the state");
+                "eight roles of 16 key rows hold the state");
 
   extern __shared__ __align__(16) char shared[];
   Layout s(shared);

@@ -58,6 +58,11 @@ void check(cudaError_t status, const char *what) {
 
 } // namespace
 
+std::vector<char> bytesOf(const std::vector<int64_t> &values) {
+  const char *first = reinterpret_cast<const char *>(values.data());
+  return std::vector<char>(first, first + values.size() * sizeof(int64_t));
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   // A zero-byte tensor still gets an address the runtime can check.
   check(cudaMalloc(&data_, std::max<size_t>(bytes, 1)), "cudaMalloc");
@@ -281,9 +286,7 @@ Result decode(const Package &package, Shape shape, DType dtype, int reps) {
   std::vector<int64_t> indices;
   for (int64_t b = shape.batch - 1; b >= 0; --b)
     indices.push_back(b);
-  DeviceBuffer deviceIndices(std::vector<char>(
-      reinterpret_cast<const char *>(indices.data()),
-      reinterpret_cast<const char *>(indices.data() + indices.size())));
+  DeviceBuffer deviceIndices(bytesOf(indices));
   request.stateIndices = static_cast<const int64_t *>(deviceIndices.data());
   request.numStateIndices = indices.size();
   request.output = output.data();

@@ -548,7 +548,12 @@ static void requireDeviceMemory(const void *data, const std::string &what) {
 
 template <typename Args>
 void Package::deviceArguments(const std::map<std::string, DeviceTensor> &tensors,
+                              int64_t heads, void *output, float scale,
                               Args &args) const {
+  args.num_heads = heads;
+  requireDeviceMemory(output, "output");
+  args.output = output;
+  args.scale = scaleOrDefault(scale, keyDim_);
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const DeviceTensor &t = tensors.at(inputs_[i].name);
     requireDeviceMemory(t.data, describe(inputs_[i]));
@@ -589,16 +594,13 @@ void Package::decodeDevice(const DeviceDecodeRequest &request) const {
   linac_cuda_decode_args args{};
   args.num_seqs = shape.batch;
   args.tokens = shape.tokens;
-  args.num_heads = shape.heads;
-  deviceArguments(request.tensors, args);
+  deviceArguments(request.tensors, shape.heads, request.output, request.scale,
+                  args);
   requireDeviceMemory(request.stateIndices, "state_indices");
   requireDeviceMemory(request.statePool, "state pool");
-  requireDeviceMemory(request.output, "output");
   args.state_pool = request.statePool;
   args.pool_slots = request.poolShape[0];
   args.state_indices = request.stateIndices;
-  args.output = request.output;
-  args.scale = scaleOrDefault(request.scale, keyDim_);
   if (shape.batch == 0)
     return;
 
@@ -619,15 +621,12 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
   linac_cuda_forward_args args{};
   args.num_seqs = shape.sequences;
   args.tokens_per_seq = shape.tokens;
-  args.num_heads = shape.heads;
-  deviceArguments(request.tensors, args);
+  deviceArguments(request.tensors, shape.heads, request.output, request.scale,
+                  args);
   requireDeviceMemory(request.initialState, "initial_state");
   requireDeviceMemory(request.finalState, "final_state");
-  requireDeviceMemory(request.output, "output");
   args.initial_state = request.initialState;
   args.final_state = request.finalState;
-  args.output = request.output;
-  args.scale = scaleOrDefault(request.scale, keyDim_);
   // An empty batch is done; the driver refuses a grid without blocks.
   if (shape.sequences == 0)
     return;
@@ -643,13 +642,12 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
 }
 
 void Package::launch(const CudaKernel &kernel, CUctx_st *context, void *args,
-                     int64_t heads, int64_t sequences,
-                     CUstream_st *stream) const {
+                     int64_t gridX, int64_t gridY, CUstream_st *stream) const {
   CUfunction function =
       modules_->function(context, kernel.entry, kernel.sharedMemory);
   void *params[] = {args};
   cuda::check(cuda::driver().cuLaunchKernel(
-                  function, unsigned(heads), unsigned(sequences), 1,
+                  function, unsigned(gridX), unsigned(gridY), 1,
                   kernel.blockThreads, 1, 1, kernel.sharedMemory, stream,
                   params, nullptr),
               "cuLaunchKernel('" + kernel.entry + "')");

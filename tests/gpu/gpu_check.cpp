@@ -36,6 +36,7 @@
 
 using namespace linac;
 using namespace linac::harness;
+using linac::bench::bytesOf;
 using linac::bench::DeviceBuffer;
 using linac::bench::decodeFrom;
 using linac::bench::encodeAs;
@@ -122,9 +123,7 @@ std::vector<float> decodeOnDevice(const Package &package,
   request.tensors = device.tensors;
   request.statePool = static_cast<float *>(devicePool.data());
   request.poolShape = poolShape;
-  DeviceBuffer deviceIndices(std::vector<char>(
-      reinterpret_cast<const char *>(indices.data()),
-      reinterpret_cast<const char *>(indices.data() + indices.size())));
+  DeviceBuffer deviceIndices(bytesOf(indices));
   request.stateIndices = static_cast<const int64_t *>(deviceIndices.data());
   request.numStateIndices = indices.size();
   request.output = output.data();

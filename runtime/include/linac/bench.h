@@ -22,6 +22,8 @@ size_t elementSize(DType dtype);
 /// Host floats as `dtype`'s bytes (rounded to nearest), and back.
 std::vector<char> encodeAs(const std::vector<float> &values, DType dtype);
 std::vector<float> decodeFrom(const std::vector<char> &bytes, DType dtype);
+/// Integers as raw bytes, for a DeviceBuffer (state indices, offsets).
+std::vector<char> bytesOf(const std::vector<int64_t> &values);
 
 /// Device memory, freed on scope exit; CUDA failures throw Error.
 class DeviceBuffer {

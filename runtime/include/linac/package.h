@@ -188,13 +188,14 @@ private:
   void *decode_ = nullptr;
   int64_t maxDecodeTokens_ = 0;
   std::vector<CudaKernel> decodeKernels_;
-  /// Launches `kernel` on a (heads, sequences) grid with one argument
-  /// struct.
+  /// Launches `kernel` on a (gridX, gridY) grid with one argument struct.
   void launch(const CudaKernel &kernel, CUctx_st *context, void *args,
-              int64_t heads, int64_t sequences, CUstream_st *stream) const;
-  /// Fills a kernel's input and parameter pointers, refusing host memory.
+              int64_t gridX, int64_t gridY, CUstream_st *stream) const;
+  /// Fills what forward and decode arguments share: heads, input and
+  /// parameter pointers, output and scale, refusing host memory.
   template <typename Args>
   void deviceArguments(const std::map<std::string, DeviceTensor> &tensors,
+                       int64_t heads, void *output, float scale,
                        Args &args) const;
   /// Presence and alignment of a device call's inputs and parameters.
   void checkDevicePointers(const std::map<std::string, DeviceTensor> &tensors,

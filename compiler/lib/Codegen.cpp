@@ -53,8 +53,8 @@ struct Flavor {
 const Flavor kCpuFlavor{"Vec<{}>", "Vec<{}>", "Vec<{}>"};
 const Flavor kWarpFlavor{"WarpVec<{}>", "WarpVec<{}>", "", true};
 const Flavor kScanFlavor{"FullVec<{}>", "ColumnVec<{}>", "MatrixColumn<K, V>"};
-const Flavor kDecodeFlavor{"RowSlice<{}, kDecodeWarps>", "LaneVec<{}>",
-                           "MatrixTile<K, V, kDecodeWarps>"};
+const Flavor kDecodeFlavor{"KeyRows<{}, Split>", "ValueColumns<{}, Split>",
+                           "MatrixTile<K, V, Split>"};
 
 std::string floatLiteral(double value) {
   std::string digits = fmt::format("{:.9g}", value);
@@ -471,7 +471,8 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
   out += (recurrent ? "" : "\n") +
          nested("Scan", emitter.stepFunction(kScanFlavor, stepSignature)) +
          "\n" +
-         nested("Decode", emitter.stepFunction(kDecodeFlavor, stepSignature)) +
+         nested("Decode", "using Split = DecodeSplit<K, V, kDecodeWarps>;\n" +
+                              emitter.stepFunction(kDecodeFlavor, stepSignature)) +
          "};\n\n} // namespace\n\n";
   if (!recurrent)
     out += fmt::format(

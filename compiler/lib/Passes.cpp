@@ -6,6 +6,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 
@@ -84,14 +85,16 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
 }
 
 /// Shared memory one staged state takes in the decode kernel
-/// (DecodeState::stageFloats in templates/linac/cuda/decode.h): `warps`
-/// warps of ceil(K / warps) key rows, each lane four value columns per 128
-/// and the normaliser's rows.
+/// (DecodeSplit and DecodeState::stageFloats in templates/linac/cuda/
+/// decode.h): the blocks of rows of each row lane, 16 bytes per column
+/// lane apart.
 int64_t decodeStageBytes(StateType state, int64_t warps) {
-  int64_t rows = (state.getKeyDim() + warps - 1) / warps;
-  int64_t slots = (state.getValueDim() + 127) / 128 * 4;
-  int64_t staged = rows * slots + (state.getNormalized() ? rows : 0);
-  return (staged + 3) / 4 * 4 * warps * 32 * 4;
+  int64_t values = state.getValueDim();
+  int64_t columns = values + (state.getNormalized() ? 1 : 0);
+  int64_t columnLanes = llvm::divideCeil(values, warps) > 4 ? 2 : 1;
+  int64_t rowLanes = 32 / columnLanes;
+  int64_t rows = llvm::divideCeil(state.getKeyDim(), rowLanes);
+  return rowLanes * (rows * columns + 4 * columnLanes) * 4;
 }
 
 /// The most dynamic shared memory one block may have.
@@ -128,25 +131,27 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       };
       StateType state = layer.getStateType();
       int64_t valueDim = state.getValueDim();
-      // Decode reads and writes each head's state once per step, key rows
-      // split over the block's warps and each row one coalesced access
-      // along the value axis, so the pool keeps the forward pass's
-      // key-major layout.
+      // Decode reads and writes each head's state once per step; each warp
+      // holds a strip of value columns over every key row and loads a row
+      // of its strip as whole 32-byte sectors, so the pool keeps the
+      // forward pass's key-major layout.
       add("decode_state_layout", b.getStringAttr("key_major"));
       if (gpu) {
-        // 8 warps, two blocks per multiprocessor, each with the next
-        // item's state on its way into shared memory while it computes;
-        // 16 warps, one block with two items on their way (measured on an
-        // H200 at K = V = 128: 8 warps were faster for linear attention
-        // and Gated DeltaNet, three items staged slower than two). A stage
-        // that does not fit beside the reductions' 16 KiB makes each step
-        // load its state directly.
-        constexpr int64_t kReductionBytes = 16 * 1024;
+        // 8 warps, two blocks per multiprocessor, each with the next item's
+        // state on its way into shared memory while it computes; 16 warps,
+        // one block with up to three (measured on an H200 at K = V = 128:
+        // 8 warps were faster, and two blocks of one stage faster than one
+        // of three). The bulk copy engine of sm_90a stages rows of whole
+        // 16-byte runs; other states load directly.
+        constexpr int64_t kReductionBytes = 1024;
         bool twoBlocks = decodeWarps == 8;
+        int64_t columns = valueDim + (state.getNormalized() ? 1 : 0);
         int64_t stage = decodeStageBytes(state, decodeWarps);
-        int64_t room = sharedMemoryLimit(target) / (twoBlocks ? 2 : 1);
-        int64_t stages =
-            std::min<int64_t>(twoBlocks ? 1 : 2, (room - kReductionBytes) / stage);
+        int64_t room =
+            sharedMemoryLimit(target) / (twoBlocks ? 2 : 1) - kReductionBytes;
+        int64_t stages = 0;
+        if (target == "sm_90a" && columns % 4 == 0)
+          stages = std::min<int64_t>(twoBlocks ? 1 : 3, room / stage);
         add("decode_warps", b.getI64IntegerAttr(decodeWarps));
         add("decode_block_threads", b.getI64IntegerAttr(32 * decodeWarps));
         add("decode_stages", b.getI64IntegerAttr(stages));

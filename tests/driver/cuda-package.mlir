@@ -61,7 +61,8 @@
 // SOURCE: out.gk = v{{[0-9]+}};
 // SOURCE: struct Scan {
 // SOURCE: struct Decode {
-// SOURCE: RowSlice<16, kDecodeWarps>::load(token.input(0))
+// SOURCE-NEXT: using Split = DecodeSplit<K, V, kDecodeWarps>;
+// SOURCE: KeyRows<16, Split>::load(token.input(0))
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
 // SOURCE: LINAC_CHUNK_KERNELS(Layer)
 // SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)

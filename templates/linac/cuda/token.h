@@ -19,9 +19,11 @@ struct Token {
   int64_t token;
   int head;
 
-  /// Argument heads map onto the state's heads in contiguous groups.
-  LINAC_DEVICE int64_t groupHead(int64_t heads) const {
-    return head / (args.num_heads / heads);
+  /// Argument heads map onto the state's heads in contiguous groups. Most
+  /// arguments have a head per state head, and are spared the division.
+  LINAC_DEVICE int groupHead(int64_t heads) const {
+    return heads == args.num_heads ? head
+                                   : head / (int(args.num_heads) / int(heads));
   }
   LINAC_DEVICE const T *input(int i) const {
     int64_t heads = args.input_heads[i];

@@ -27,8 +27,6 @@ namespace linac::cuda {
 template <typename Layer> constexpr int decodeThreads() {
   return Layer::kDecodeWarps * 32;
 }
-/// Two blocks per multiprocessor, so that one loads while the other
-/// computes.
 /// 8 warps run two blocks per multiprocessor, so that one computes while
 /// the other waits on memory; 16 warps take a multiprocessor's registers.
 template <typename Layer> constexpr int decodeBlocksPerMultiprocessor() {
@@ -37,18 +35,11 @@ template <typename Layer> constexpr int decodeBlocksPerMultiprocessor() {
 
 LINAC_DEVICE int warpId() { return threadIdx.x / 32; }
 
-constexpr int powerOfTwoAtLeast(int n) {
-  int p = 1;
-  while (p < n)
-    p *= 2;
-  return p;
-}
-
 /// How the threads of a block of `Warps` warps split a K x V state.
 template <int K, int V, int Warps> struct DecodeSplit {
   static constexpr int kWarps = Warps;
   /// Two lanes side by side take a strip's runs of eight columns, four
-  /// each, so that a warp's load of a row is 32-byte sectors whole, and the
+  /// each, so that a warp's access to a row is 32-byte sectors whole, and the
   /// lane pairs split the key rows: a thread holds as many rows as
   /// columns at K = V, which keeps the key and value vectors it holds
   /// short.

@@ -3,8 +3,9 @@
 // Lowers a planned layer to a `Layer` struct for templates/linac/cpu/layer.h
 // or templates/linac/cuda/layer.h: constants from the normal form and plan,
 // and straight-line code for the prologue and epilogue (chunkwise families)
-// and the whole step (recurrent scan, decode). The bodies are the same text on every
-// target; a Flavor names the vector types each function computes with.
+// and the whole step (recurrent scan, decode). The bodies are the same text
+// on every target; a Flavor names the vector types each function computes
+// with.
 //
 //===----------------------------------------------------------------------===//
 

@@ -49,13 +49,16 @@ struct Flavor {
   std::string key, value, matrix;
   /// A key log-gate that is a sum of scalars stays a float.
   bool scalarKeyGate = false;
+  /// The state offers eraseWrite(k, e, u, weight): an erase and then a
+  /// write with the same key in one pass.
+  bool fusedEraseWrite = false;
 };
 
 const Flavor kCpuFlavor{"Vec<{}>", "Vec<{}>", "Vec<{}>"};
 const Flavor kWarpFlavor{"WarpVec<{}>", "WarpVec<{}>", "", true};
 const Flavor kScanFlavor{"FullVec<{}>", "ColumnVec<{}>", "MatrixColumn<K, V>"};
 const Flavor kDecodeFlavor{"KeyRows<{}, Split>", "ValueColumns<{}, Split>",
-                           "MatrixTile<K, V, Split>"};
+                           "MatrixTile<K, V, Split>", false, true};
 
 std::string floatLiteral(double value) {
   std::string digits = fmt::format("{:.9g}", value);
@@ -97,6 +100,8 @@ private:
   void emitArgument(BlockArgument arg);
   std::string expression(Operation *op);
   void emitStateOp(Operation *op);
+  void emitEraseWrite(EraseOp e, WriteOp w);
+  std::pair<std::string, std::string> written(WriteOp w);
   std::string function(StringRef signature);
   std::string sumOf(ArrayRef<Value> gates, bool keySide);
   /// `vector` scaled by a scalar or vector strength, or as is without one.
@@ -191,6 +196,23 @@ std::string BodyEmitter::expression(Operation *op) {
       .Default([&](Operation *) { return std::string(); });
 }
 
+/// The write's value with its strength, and the normaliser column's weight.
+std::pair<std::string, std::string> BodyEmitter::written(WriteOp w) {
+  Value strength = w.getStrength();
+  std::string weight = strength && strength.getType().isF32()
+                           ? name(strength)
+                           : std::string("1.0f");
+  return {scaled(strength, name(w.getValue()), false), weight};
+}
+
+void BodyEmitter::emitEraseWrite(EraseOp e, WriteOp w) {
+  auto [value, weight] = written(w);
+  line(fmt::format("state.eraseWrite({}, {}, {}, {});", name(e.getKey()),
+                   scaled(e.getStrength(), name(e.getKey()), true), value,
+                   weight));
+  names[w.getResult()] = "state";
+}
+
 void BodyEmitter::emitStateOp(Operation *op) {
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](DecayOp d) {
@@ -210,12 +232,9 @@ void BodyEmitter::emitStateOp(Operation *op) {
                          scaled(e.getStrength(), name(e.getKey()), true)));
       })
       .Case([&](WriteOp w) {
-        Value strength = w.getStrength();
-        std::string weight = strength && strength.getType().isF32()
-                                 ? name(strength)
-                                 : std::string("1.0f");
-        line(fmt::format("state.write({}, {}, {});", name(w.getKey()),
-                         scaled(strength, name(w.getValue()), false), weight));
+        auto [value, weight] = written(w);
+        line(fmt::format("state.write({}, {}, {});", name(w.getKey()), value,
+                         weight));
       })
       .Case([&](ReadOp r) {
         names[r.getOutput()] = fmt::format("v{}", names.size());
@@ -246,9 +265,26 @@ void BodyEmitter::emitSlice(ArrayRef<Value> roots) {
   for (BlockArgument arg : layer.getBody().getArguments())
     if (args.contains(arg))
       emitArgument(arg);
+  // An erase whose state only a write with the same key takes.
+  EraseOp pendingErase;
   for (Operation &op : layer.getBody().front()) {
     if (!needed.contains(&op) || isa<YieldOp>(op))
       continue;
+    if (auto erase = dyn_cast<EraseOp>(op); erase && flavor.fusedEraseWrite) {
+      auto next = dyn_cast<WriteOp>(*erase.getResult().getUsers().begin());
+      if (erase.getResult().hasOneUse() && next &&
+          next.getKey() == erase.getKey()) {
+        pendingErase = erase;
+        names[erase.getResult()] = "state";
+        continue;
+      }
+    }
+    if (auto write = dyn_cast<WriteOp>(op);
+        write && pendingErase && write.getState() == pendingErase.getResult()) {
+      emitEraseWrite(pendingErase, write);
+      pendingErase = nullptr;
+      continue;
+    }
     if (op.getNumResults() == 1 && !isa<StateType>(op.getResult(0).getType()) &&
         !isa<ReadOp>(op)) {
       std::string id = fmt::format("v{}", names.size());

@@ -60,9 +60,12 @@
 // SOURCE: struct Chunk {
 // SOURCE: out.gk = v{{[0-9]+}};
 // SOURCE: struct Scan {
+// SOURCE: state.erase(
+// SOURCE: state.write(
 // SOURCE: struct Decode {
 // SOURCE-NEXT: using Split = DecodeSplit<K, V, kDecodeWarps>;
 // SOURCE: KeyRows<16, Split>::load(token.input(0))
+// SOURCE: state.eraseWrite(arg_k, {{.*}} * arg_k, {{.*}} * arg_v, v{{[0-9]+}});
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
 // SOURCE: LINAC_CHUNK_KERNELS(Layer)
 // SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)

@@ -359,6 +359,25 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
         norm[r] -= k.x[r] * projection[kSlots];
     }
   }
+  /// erase(k, e) then write(k, u, normalizerWeight), in one pass:
+  /// S <- S + k (u - e^T S)^T.
+  LINAC_DEVICE void eraseWrite(const Keys &k, const Keys &e, const Values &u,
+                               float normalizerWeight) {
+    float projection[kProjections];
+    project(e, projection);
+    float delta[kSlots];
+#pragma unroll
+    for (int c = 0; c < kSlots; ++c)
+      delta[c] = u.x[c] - projection[c];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int c = 0; c < kSlots; ++c)
+        s[r][c] += k.x[r] * delta[c];
+      if constexpr (Normalized)
+        norm[r] += k.x[r] * (normalizerWeight - projection[kSlots]);
+    }
+  }
   /// S <- S + k u^T; the normaliser's column takes `normalizerWeight`.
   LINAC_DEVICE void write(const Keys &k, const Values &u,
                           float normalizerWeight) {

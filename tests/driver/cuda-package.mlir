@@ -29,7 +29,7 @@
 // MANIFEST: "decode": {
 // MANIFEST-NEXT: "kernels": [
 // MANIFEST-NEXT: {
-// MANIFEST-NEXT: "block_threads": 256,
+// MANIFEST-NEXT: "block_threads": 512,
 // MANIFEST-NEXT: "dtype": "float32",
 // MANIFEST-NEXT: "entry": "linac_decode_float32",
 // MANIFEST: "entry": "linac_decode_bfloat16",
@@ -56,7 +56,7 @@
 
 // SOURCE: #include "linac/cuda/layer.h"
 // SOURCE: static constexpr Gate kKeyGate = Gate::Scalar;
-// SOURCE-NEXT: static constexpr int kDecodeWarps = 8, kDecodeStages = 1;
+// SOURCE-NEXT: static constexpr int kDecodeWarps = 8, kDecodeStages = 3;
 // SOURCE: struct Chunk {
 // SOURCE: out.gk = v{{[0-9]+}};
 // SOURCE: struct Scan {
@@ -71,10 +71,7 @@
 // SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)
 // SOURCE: LINAC_DECODE_KERNELS(Layer)
 
-// WARPS16: "decode": {
-// WARPS16-NEXT: "kernels": [
-// WARPS16-NEXT: {
-// WARPS16-NEXT: "block_threads": 512,
+// WARPS16: "decode_warps": 16
 
 // ONECOMPILE: {{^1$}}
 // DESCRIBE: layer @small_gated_delta for sm_80, K = 16, V = 16

@@ -1,14 +1,16 @@
 //===- decode.h - decode steps on a state pool ------------------*- C++ -*-===//
 //
 // A few new tokens per sequence, so the cost is reading and writing each
-// head's state, and the kernel must keep memory busy. A block of
-// Layer::kDecodeWarps warps takes one (head, sequence) item at a time and
-// holds its state in registers: warp w owns a strip of value columns and
-// every key row of it, so the products over the key axis (erase, read)
-// reduce across the lanes of a warp, never across warps, and a step has no
-// barrier. While a block computes one item, the next ones' states are on
-// their way into shared memory (the bulk copy engine, a ring of
-// Layer::kDecodeStages states).
+// head's state, and the kernel must keep memory busy. A block of 16 warps
+// runs on each multiprocessor, in groups of Layer::kDecodeWarps warps; a
+// group takes one (head, sequence) item at a time and holds its state in
+// registers: warp w of a group owns a strip of value columns and every key
+// row of it, so the products over the key axis (erase, read) reduce across
+// the lanes of a warp, never across warps, and a step has no barrier. The
+// states move through a ring of Layer::kDecodeStages stages in shared memory
+// shared by the groups, both ways by the bulk copy engine: while the groups
+// compute, the next items' states are on their way in and the last ones'
+// on their way out.
 //
 // DecodeSplit says who holds what: a thread holds kRows consecutive key
 // rows of kSlots of its warp's columns. Key vectors are held as the
@@ -24,20 +26,23 @@
 
 namespace linac::cuda {
 
+/// Warps of a decode block, one block per multiprocessor: with 8 warps an
+/// item, two groups compute at once, so one computes while the other waits.
+constexpr int kDecodeBlockWarps = 16;
 template <typename Layer> constexpr int decodeThreads() {
-  return Layer::kDecodeWarps * 32;
+  return kDecodeBlockWarps * 32;
 }
-/// 8 warps run two blocks per multiprocessor, so that one computes while
-/// the other waits on memory; 16 warps take a multiprocessor's registers.
 template <typename Layer> constexpr int decodeBlocksPerMultiprocessor() {
-  return Layer::kDecodeWarps == 8 ? 2 : 1;
+  return 1;
 }
 
 LINAC_DEVICE int warpId() { return threadIdx.x / 32; }
 
-/// How the threads of a block of `Warps` warps split a K x V state.
+/// How the threads of a group of `Warps` warps split a K x V state.
 template <int K, int V, int Warps> struct DecodeSplit {
   static constexpr int kWarps = Warps;
+  static constexpr int kGroups = kDecodeBlockWarps / Warps;
+  static_assert(kDecodeBlockWarps % Warps == 0, "groups fill the block");
   /// Two lanes side by side take a strip's runs of eight columns, four
   /// each, so that a warp's access to a row is 32-byte sectors whole, and the
   /// lane pairs split the key rows: a thread holds as many rows as
@@ -52,13 +57,21 @@ template <int K, int V, int Warps> struct DecodeSplit {
       (4 * kColumnLanes);
   static constexpr int kSlots = kStripColumns / kColumnLanes;
 
+  LINAC_DEVICE static int group() { return warpId() / Warps; }
+  /// This warp within its group.
+  LINAC_DEVICE static int warp() { return warpId() % Warps; }
+  /// Waits for every thread of this group.
+  LINAC_DEVICE static void sync() {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + group()), "r"(Warps * 32)
+                 : "memory");
+  }
   LINAC_DEVICE static int rowLane() { return laneId() / kColumnLanes; }
   LINAC_DEVICE static int columnLane() { return laneId() % kColumnLanes; }
   /// The key row of this thread's row r: each row lane takes a block of
   /// kRows consecutive rows.
   LINAC_DEVICE static int row(int r) { return rowLane() * kRows + r; }
   LINAC_DEVICE static int column(int slot) {
-    return warpId() * kStripColumns + slot / 4 * (4 * kColumnLanes) +
+    return warp() * kStripColumns + slot / 4 * (4 * kColumnLanes) +
            columnLane() * 4 + slot % 4;
   }
   /// Sums x over the lanes that hold the other rows of the same columns.
@@ -77,21 +90,21 @@ template <int K, int V, int Warps> struct DecodeSplit {
   }
 };
 
-/// Sums over the block a value every lane of each warp holds alike; every
-/// thread of the block must call it.
-template <int Warps> LINAC_DEVICE float sumOverWarps(float x) {
-  if constexpr (Warps == 1) {
+/// Sums over a group a value every lane of each of its warps holds alike;
+/// every thread of the group must call it.
+template <typename Split> LINAC_DEVICE float sumOverWarps(float x) {
+  if constexpr (Split::kWarps == 1) {
     return x;
   } else {
-    __shared__ float partial[Warps];
-    __syncthreads();
+    __shared__ float partial[Split::kGroups][Split::kWarps];
+    Split::sync();
     if (laneId() == 0)
-      partial[warpId()] = x;
-    __syncthreads();
+      partial[Split::group()][Split::warp()] = x;
+    Split::sync();
     float total = 0.0f;
 #pragma unroll
-    for (int w = 0; w < Warps; ++w)
-      total += partial[w];
+    for (int w = 0; w < Split::kWarps; ++w)
+      total += partial[Split::group()][w];
     return total;
   }
 }
@@ -125,9 +138,9 @@ struct ValueColumns : Elements<ValueColumns<N, Split>, Split::kSlots> {
         if (index(i) < N)
           p[index(i)] = fromFloat<T>(this->x[i]);
   }
-  /// Every thread of the block must call it.
+  /// Every thread of the group must call it.
   LINAC_DEVICE float sum() const {
-    return sumOverWarps<Split::kWarps>(
+    return sumOverWarps<Split>(
         Split::sumOverColumnLanes(sumOfSlots<N>(*this)));
   }
 };
@@ -181,6 +194,30 @@ LINAC_DEVICE void bulkCopy(void *shared, const void *global, unsigned bytes,
                "bytes [%0], [%1], %2, [%3];\n" ::"r"(sharedAddress(shared)),
                "l"(global), "r"(bytes), "r"(sharedAddress(barrier))
                : "memory");
+}
+/// Copies `bytes` (as bulkCopy) from shared memory back to global memory,
+/// in this thread's current bulk group.
+LINAC_DEVICE void bulkStore(void *global, const void *shared, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::
+                   "l"(global),
+               "r"(sharedAddress(shared)), "r"(bytes)
+               : "memory");
+}
+/// Closes this thread's bulk group and waits until its stores have read
+/// their shared memory.
+LINAC_DEVICE void waitBulkStoresRead() {
+  asm volatile("cp.async.bulk.commit_group;\n"
+               "cp.async.bulk.wait_group.read 0;\n" ::
+                   : "memory");
+}
+/// Waits until this thread's bulk stores are done.
+LINAC_DEVICE void waitBulkStores() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+/// Orders this thread's writes to shared memory before bulk copies that
+/// read it.
+LINAC_DEVICE void fenceSharedForBulkCopies() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 /// Waits until the phase of `barrier` with this parity has completed.
 LINAC_DEVICE void waitBarrier(uint64_t *barrier, unsigned parity) {
@@ -236,17 +273,31 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
   LINAC_DEVICE static int stagedRow(int i) {
     return i * kColumns + i / kRows * kBlockGap;
   }
+  /// Calls f(b, rows) for the blocks of rows of a staged state, one per
+  /// lane of a warp.
+  template <typename F> LINAC_DEVICE static void forEachBlock(F f) {
+    static_assert(kQuads, "bulk copies move 16-byte runs");
+    for (int b = laneId(); b * kRows < K; b += 32)
+      f(b * kRows, K - b * kRows < kRows ? K - b * kRows : kRows);
+  }
   /// Starts the bulk copy of the state at `p` into a staging area, a block
   /// of rows per copy, counted on `barrier`; every lane of one warp must
-  /// call it, and only for a state of whole 16-byte runs.
+  /// call it.
   LINAC_DEVICE static void prefetch(const float *p, float *area,
                                     uint64_t *barrier) {
-    static_assert(kQuads, "bulk copies move 16-byte runs");
-    for (int b = laneId(); b * kRows < K; b += 32) {
-      int rows = K - b * kRows < kRows ? K - b * kRows : kRows;
-      bulkCopy(area + stagedRow(b * kRows), p + b * kBlockFloats,
+    forEachBlock([&](int first, int rows) {
+      bulkCopy(area + stagedRow(first), p + first * kColumns,
                rows * kColumns * sizeof(float), barrier);
-    }
+    });
+  }
+  /// Copies a staged state back to `p`, returning once the copies have read
+  /// the staging area; every lane of one warp must call it.
+  LINAC_DEVICE static void drain(float *p, const float *area) {
+    forEachBlock([&](int first, int rows) {
+      bulkStore(p + first * kColumns, area + stagedRow(first),
+                rows * kColumns * sizeof(float));
+    });
+    waitBulkStoresRead();
   }
   /// Fills the registers from a state whose row i starts at p + rowAt(i),
   /// each run of four columns at once.
@@ -283,6 +334,15 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
   LINAC_DEVICE void load(const float *p) {
     fill(p, [](int i) { return i * kColumns; });
   }
+  /// Puts this thread's part back into the staging area it came from.
+  LINAC_DEVICE void storeStaged(float *area) const {
+    static_assert(kQuads, "bulk copies move 16-byte runs");
+    forEachQuad([&](int r, int c, int) {
+      *reinterpret_cast<float4 *>(area + stagedRow(row(r)) + column(c)) =
+          make_float4(s[r][c], s[r][c + 1], s[r][c + 2], s[r][c + 3]);
+    });
+    fenceSharedForBulkCopies();
+  }
   LINAC_DEVICE void store(float *p) const {
     forEachQuad([&](int r, int c, int offset) {
       if constexpr (kQuads) {
@@ -297,7 +357,7 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
     });
     // Every lane of a row group holds the same normaliser rows.
     if constexpr (Normalized)
-      if (warpId() == 0 && Split::columnLane() == 0)
+      if (Split::warp() == 0 && Split::columnLane() == 0)
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
           if (row(r) < K)
@@ -413,13 +473,13 @@ template <typename Layer> constexpr size_t decodeSharedBytes() {
 }
 
 /// Decode steps: each of the grid's blocks takes the (head, sequence) items
-/// blockIdx.x, blockIdx.x + gridDim.x, ..., each sequence's few new tokens
-/// from and back to its pool slot. Sequences whose slot is outside the pool
-/// (-1) are skipped.
+/// blockIdx.x, blockIdx.x + gridDim.x, ..., its groups in turn, each
+/// sequence's few new tokens from and back to its pool slot. Sequences
+/// whose slot is outside the pool (-1) are skipped.
 template <typename Layer, typename T>
 LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
-  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer,
-                            typename Layer::Decode::Split>;
+  using Split = typename Layer::Decode::Split;
+  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer, Split>;
   constexpr int kStages = Layer::kDecodeStages;
   constexpr int kRing = kStages > 0 ? kStages : 1;
   extern __shared__ __align__(16) float stagingArea[];
@@ -439,7 +499,7 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   auto stageAt = [&](int64_t n) {
     return stagingArea + n % kRing * State::stageFloats();
   };
-  // Warp 0 starts item n's state towards its stage. The stage's barrier
+  // One warp starts item n's state towards its stage. The stage's barrier
   // completes a phase per item, skipped ones included: an arrival that
   // expects the state's bytes, or none.
   auto prefetch = [&](int64_t n) {
@@ -471,30 +531,39 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   const float scale = readScale<Layer>(args);
   T *output = static_cast<T *>(args.output);
   State state;
-  for (int64_t n = 0; itemAt(n) < items; ++n) {
+  for (int64_t n = Split::group(); itemAt(n) < items; n += Split::kGroups) {
     const int64_t item = itemAt(n), seq = item / args.num_heads;
     const int head = int(item - seq * args.num_heads);
     const int64_t slot = slotOf(seq);
-    if constexpr (kStages > 0) {
+    if constexpr (kStages > 0)
       waitBarrier(&landed[n % kRing], unsigned(n / kRing) & 1u);
-      if (slot >= 0)
+    if (slot >= 0) {
+      if constexpr (kStages > 0)
         state.loadStaged(stageAt(n));
-      // Once every thread holds its part, item n + kStages may take the
-      // stage.
-      __syncthreads();
-      if (warpId() == 0)
-        prefetch(n + kStages);
-    } else if (slot >= 0) {
-      state.load(stateOf(slot, head));
+      else
+        state.load(stateOf(slot, head));
+      for (int64_t t = seq * args.tokens; t < (seq + 1) * args.tokens; ++t)
+        Layer::Decode::step(
+            Token<Layer, T, linac_cuda_decode_args>{args, t, head}, state,
+            scale, output + (t * args.num_heads + head) * Layer::V);
+      if constexpr (kStages > 0)
+        state.storeStaged(stageAt(n));
+      else
+        state.store(stateOf(slot, head));
     }
-    if (slot < 0)
-      continue;
-    for (int64_t t = seq * args.tokens; t < (seq + 1) * args.tokens; ++t)
-      Layer::Decode::step(Token<Layer, T, linac_cuda_decode_args>{args, t, head},
-                          state, scale,
-                          output + (t * args.num_heads + head) * Layer::V);
-    state.store(stateOf(slot, head));
+    if constexpr (kStages > 0) {
+      // Once the group's stores have read the stage, item n + kStages may
+      // take it.
+      Split::sync();
+      if (Split::warp() == 0) {
+        if (slot >= 0)
+          State::drain(stateOf(slot, head), stageAt(n));
+        prefetch(n + kStages);
+      }
+    }
   }
+  if constexpr (kStages > 0)
+    waitBulkStores();
 }
 
 } // namespace linac::cuda

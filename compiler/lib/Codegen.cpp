@@ -221,8 +221,10 @@ void BodyEmitter::emitStateOp(Operation *op) {
                           : gk.getType().isF32()
                               ? fmt::format("{}::splat({})", keyVec(), name(gk))
                               : name(gk);
-        std::string value = gv ? name(gv) : valueVec() + "{}";
-        line(fmt::format("state.decay({}, {});", key, value));
+        if (!gv)
+          line(fmt::format("state.decay({});", key));
+        else
+          line(fmt::format("state.decay({}, {});", key, name(gv)));
       })
       .Case([&](MatrixGateOp m) {
         line(fmt::format("state.matrixGate({});", name(m.getGate())));

@@ -67,6 +67,8 @@ template <int K, int V, bool Normalized> struct State {
       for (int j = 0; j < kColumns; ++j)
         at(i, j) *= std::exp(gk[i] + (j < V ? gv[j] : 0.0f));
   }
+  /// A key-side gate alone.
+  void decay(const Vec<K> &gk) { decay(gk, Vec<V>{}); }
   void matrixGate(const Mat<K, V> &g) {
     for (int i = 0; i < K; ++i)
       for (int j = 0; j < V; ++j)

@@ -375,7 +375,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     if (start + C < end)
       prefetchInputs<Layer, T>(args, start + C,
                                end - start - C < C ? int(end - start - C) : C,
-                               head);
+                               head, threadIdx.x, blockDim.x);
 
     // 2. Cumulative log-gates.
     if constexpr (G == Gate::Vector) {

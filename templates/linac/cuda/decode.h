@@ -379,6 +379,18 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
         norm[r] *= rowFactor;
     }
   }
+  /// A key-side gate alone: a factor per row.
+  LINAC_DEVICE void decay(const Keys &gk) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float rowFactor = expf(gk.x[r]);
+#pragma unroll
+      for (int c = 0; c < kSlots; ++c)
+        s[r][c] *= rowFactor;
+      if constexpr (Normalized)
+        norm[r] *= rowFactor;
+    }
+  }
   LINAC_DEVICE void matrixGate(const MatrixTile<K, V, Split> &g) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
@@ -535,6 +547,13 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
     const int64_t item = itemAt(n), seq = item / args.num_heads;
     const int head = int(item - seq * args.num_heads);
     const int64_t slot = slotOf(seq);
+    // The group's next item's inputs, asked of L2 while this one computes.
+    if (Split::warp() == 0 && itemAt(n + Split::kGroups) < items) {
+      int64_t next = itemAt(n + Split::kGroups), nextSeq = next / args.num_heads;
+      prefetchInputs<Layer, T>(args, nextSeq * args.tokens, int(args.tokens),
+                               int(next - nextSeq * args.num_heads), laneId(),
+                               32);
+    }
     if constexpr (kStages > 0)
       waitBarrier(&landed[n % kRing], unsigned(n / kRing) & 1u);
     if (slot >= 0) {

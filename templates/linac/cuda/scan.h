@@ -40,6 +40,8 @@ template <int K, int V, bool Normalized> struct ScanState {
     for (int i = 0; i < K; ++i)
       s[i] *= expf(gk.x[i] + g);
   }
+  /// A key-side gate alone.
+  LINAC_DEVICE void decay(const FullVec<K> &gk) { decay(gk, ColumnVec<V>{}); }
   LINAC_DEVICE void matrixGate(const MatrixColumn<K, V> &g) {
     if (column() < V)
       for (int i = 0; i < K; ++i)

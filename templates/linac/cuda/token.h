@@ -42,15 +42,16 @@ LINAC_DEVICE void forEachIndex(F &&f, std::integer_sequence<int, I...>) {
   (f(std::integral_constant<int, I>{}), ...);
 }
 
-/// Asks L2 for the inputs of tokens [first, first + count) of `head`.
+/// Asks L2 for the inputs of tokens [first, first + count) of `head`,
+/// thread `thread` of the `threads` that call it taking every threads-th.
 template <typename Layer, typename T, typename Args>
 LINAC_DEVICE void prefetchInputs(const Args &args, int64_t first, int count,
-                                 int head) {
+                                 int head, int thread, int threads) {
   forEachIndex(
       [&](auto input) {
         constexpr int i = decltype(input)::value;
         constexpr int64_t bytes = Layer::inputSize(i) * int64_t(sizeof(T));
-        for (int t = threadIdx.x; t < count; t += blockDim.x) {
+        for (int t = thread; t < count; t += threads) {
           const char *p = reinterpret_cast<const char *>(
               Token<Layer, T, Args>{args, first + t, head}.input(i));
           for (int64_t byte = 0; byte < bytes; byte += 128)

@@ -584,6 +584,9 @@ void Package::decodeDevice(const DeviceDecodeRequest &request) const {
   checkDevicePointers(request.tensors, request.dtype);
   size_t elementSize = sizeOf(request.dtype);
   checkPointer(request.statePool, sizeof(float), "state pool");
+  // The kernels move state rows in 16-byte runs.
+  if (reinterpret_cast<uintptr_t>(request.statePool) % 16 != 0)
+    throw argumentError("state pool is not aligned to 16 bytes");
   if (!request.output)
     throw argumentError("no output buffer");
   checkPointer(request.output, elementSize, "output");

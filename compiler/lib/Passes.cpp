@@ -84,18 +84,28 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
          4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1);
 }
 
-/// Shared memory one staged state takes in the decode kernel
-/// (DecodeSplit and DecodeState::stageFloats in templates/linac/cuda/
-/// decode.h): the blocks of rows of each row lane, 16 bytes per column
-/// lane apart.
-int64_t decodeStageBytes(StateType state, int64_t warps) {
-  int64_t values = state.getValueDim();
-  int64_t columns = values + (state.getNormalized() ? 1 : 0);
-  int64_t columnLanes = llvm::divideCeil(values, warps) > 4 ? 2 : 1;
-  int64_t rowLanes = 32 / columnLanes;
-  int64_t rows = llvm::divideCeil(state.getKeyDim(), rowLanes);
-  return rowLanes * (rows * columns + 4 * columnLanes) * 4;
-}
+/// How a decode group splits a state (DecodeSplit and DecodeState in
+/// templates/linac/cuda/decode.h): each row lane holds a block of rows.
+struct DecodeBlocks {
+  int64_t keys, columns, columnLanes, rowLanes, rows;
+
+  DecodeBlocks(StateType state, int64_t warps)
+      : keys(state.getKeyDim()),
+        columns(state.getValueDim() + (state.getNormalized() ? 1 : 0)),
+        columnLanes(llvm::divideCeil(state.getValueDim(), warps) > 4 ? 2 : 1),
+        rowLanes(32 / columnLanes), rows(llvm::divideCeil(keys, rowLanes)) {}
+
+  /// Shared memory one staged state takes: the blocks, 16 bytes per column
+  /// lane apart.
+  int64_t stageBytes() const {
+    return rowLanes * (rows * columns + 4 * columnLanes) * 4;
+  }
+  /// Whether every block is whole 16-byte runs, as the bulk copy engine
+  /// moves them.
+  bool blocksAreRuns() const {
+    return rows * columns % 4 == 0 && keys % rows * columns % 4 == 0;
+  }
+};
 
 /// The most dynamic shared memory one block may have.
 int64_t sharedMemoryLimit(StringRef target) {
@@ -142,14 +152,15 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
         // three stages that the bulk copy engine of sm_90a fills and drains
         // (measured on an H200 at K = V = 128: a copy through three stages
         // reached 89% of the copy ceiling, two blocks of one stage 76%).
-        // Rows of whole 16-byte runs only; other states load directly.
+        // Blocks of rows of whole 16-byte runs only; other states load
+        // directly.
         constexpr int64_t kReductionBytes = 1024;
         constexpr int64_t kBlockThreads = 512;
-        int64_t columns = valueDim + (state.getNormalized() ? 1 : 0);
-        int64_t stage = decodeStageBytes(state, decodeWarps);
+        DecodeBlocks blocks(state, decodeWarps);
+        int64_t stage = blocks.stageBytes();
         int64_t room = sharedMemoryLimit(target) - kReductionBytes;
         int64_t stages = 0;
-        if (target == "sm_90a" && columns % 4 == 0)
+        if (target == "sm_90a" && blocks.blocksAreRuns())
           stages = std::min<int64_t>(3, room / stage);
         add("decode_warps", b.getI64IntegerAttr(decodeWarps));
         add("decode_block_threads", b.getI64IntegerAttr(kBlockThreads));

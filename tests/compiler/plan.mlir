@@ -91,11 +91,11 @@ linac.layer @wide_state(%S : !linac.state<256x256>)
   linac.yield %S1, %o : !linac.state<256x256>, tensor<256xf32, #linac.value>
 }
 
-// A normaliser's column makes state rows of 129 floats, not whole 16-byte
-// runs for the bulk copy engine: decode loads such states directly.
+// A normaliser's column makes state rows of 129 floats, but a row lane's
+// block of 8 rows is whole 16-byte runs, which the bulk copy engine moves.
 // SM90: linac.layer @normalized
-// SM90-SAME: decode_shared_memory = 0 : i64
-// SM90-SAME: decode_stages = 0 : i64
+// SM90-SAME: decode_shared_memory = 199680 : i64
+// SM90-SAME: decode_stages = 3 : i64
 linac.layer @normalized(%S : !linac.state<128x128, normalized>)
     inputs(%q : tensor<128xf32, #linac.key>, %k : tensor<128xf32, #linac.key>,
            %v : tensor<128xf32, #linac.value>) {
@@ -104,4 +104,19 @@ linac.layer @normalized(%S : !linac.state<128x128, normalized>)
   %o = linac.read %S1, %q normalized
       : !linac.state<128x128, normalized>, tensor<128xf32, #linac.key> -> tensor<128xf32, #linac.value>
   linac.yield %S1, %o : !linac.state<128x128, normalized>, tensor<128xf32, #linac.value>
+}
+
+// With 16 key rows, a row lane holds one row of 65 floats: not whole
+// 16-byte runs, so decode loads such states directly.
+// SM90: linac.layer @normalized_short
+// SM90-SAME: decode_shared_memory = 0 : i64
+// SM90-SAME: decode_stages = 0 : i64
+linac.layer @normalized_short(%S : !linac.state<16x64, normalized>)
+    inputs(%q : tensor<16xf32, #linac.key>, %k : tensor<16xf32, #linac.key>,
+           %v : tensor<64xf32, #linac.value>) {
+  %S1 = linac.write %S, %k, %v
+      : !linac.state<16x64, normalized>, tensor<16xf32, #linac.key>, tensor<64xf32, #linac.value>
+  %o = linac.read %S1, %q normalized
+      : !linac.state<16x64, normalized>, tensor<16xf32, #linac.key> -> tensor<64xf32, #linac.value>
+  linac.yield %S1, %o : !linac.state<16x64, normalized>, tensor<64xf32, #linac.value>
 }

@@ -389,6 +389,9 @@ TEST_F(CudaPackage, DeviceDecodeChecksItsArguments) {
   EXPECT_EQ(invalid(pool), "state pool has shape [3, 2, " + std::to_string(kDim) +
                                "], expected [P, 2, " + std::to_string(kDim) +
                                ", " + std::to_string(kDim) + "]");
+  linac::DeviceDecodeRequest misaligned = decode;
+  misaligned.statePool = storage + 1;
+  EXPECT_EQ(invalid(misaligned), "state pool is not aligned to 16 bytes");
   linac::DeviceDecodeRequest noOutput = decode;
   noOutput.output = nullptr;
   EXPECT_EQ(invalid(noOutput), "no output buffer");

@@ -102,7 +102,7 @@ struct DecodeRequest {
 struct DeviceDecodeRequest {
   std::map<std::string, DeviceTensor> tensors;
   DType dtype = DType::Float32;
-  float *statePool = nullptr;
+  float *statePool = nullptr; ///< 16-byte aligned
   std::vector<int64_t> poolShape;
   const int64_t *stateIndices = nullptr; ///< device, numStateIndices = B
   size_t numStateIndices = 0;

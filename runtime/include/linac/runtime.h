@@ -125,7 +125,7 @@ typedef struct linac_device_decode_args {
   const linac_device_tensor *tensors;
   size_t num_tensors;
   linac_dtype dtype;
-  float *state_pool;
+  float *state_pool;          /* 16-byte aligned */
   const int64_t *pool_shape; /* 4 entries */
   const int64_t *state_indices; /* device memory */
   size_t num_sequences;

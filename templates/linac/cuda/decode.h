@@ -43,6 +43,7 @@ template <int K, int V, int Warps> struct DecodeSplit {
   static constexpr int kWarps = Warps;
   static constexpr int kGroups = kDecodeBlockWarps / Warps;
   static_assert(kDecodeBlockWarps % Warps == 0, "groups fill the block");
+  static_assert(kGroups < 16, "a named barrier a group");
   /// Two lanes side by side take a strip's runs of eight columns, four
   /// each, so that a warp's access to a row is 32-byte sectors whole, and the
   /// lane pairs split the key rows: a thread holds as many rows as
@@ -240,6 +241,11 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
   static constexpr int kColumns = V + (Normalized ? 1 : 0);
   /// Whether each run of four columns is one aligned 16-byte access.
   static constexpr bool kQuads = kColumns % 4 == 0;
+  /// Whether each row lane's block of rows is whole 16-byte runs, as the
+  /// bulk copy engine moves them (a normaliser's column may leave rows
+  /// that are not, in blocks that are).
+  static constexpr bool kBulkBlocks =
+      kRows * kColumns % 4 == 0 && K % kRows * kColumns % 4 == 0;
 
   float s[kRows][kSlots];
   float norm[Normalized ? kRows : 1];
@@ -276,7 +282,7 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
   /// Calls f(b, rows) for the blocks of rows of a staged state, one per
   /// lane of a warp.
   template <typename F> LINAC_DEVICE static void forEachBlock(F f) {
-    static_assert(kQuads, "bulk copies move 16-byte runs");
+    static_assert(kBulkBlocks, "bulk copies move 16-byte runs");
     for (int b = laneId(); b * kRows < K; b += 32)
       f(b * kRows, K - b * kRows < kRows ? K - b * kRows : kRows);
   }
@@ -334,25 +340,18 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
   LINAC_DEVICE void load(const float *p) {
     fill(p, [](int i) { return i * kColumns; });
   }
-  /// Puts this thread's part back into the staging area it came from.
-  LINAC_DEVICE void storeStaged(float *area) const {
-    static_assert(kQuads, "bulk copies move 16-byte runs");
+  /// Writes the registers to a state whose row i starts at p + rowAt(i).
+  template <typename RowAt> LINAC_DEVICE void put(float *p, RowAt rowAt) const {
     forEachQuad([&](int r, int c, int) {
-      *reinterpret_cast<float4 *>(area + stagedRow(row(r)) + column(c)) =
-          make_float4(s[r][c], s[r][c + 1], s[r][c + 2], s[r][c + 3]);
-    });
-    fenceSharedForBulkCopies();
-  }
-  LINAC_DEVICE void store(float *p) const {
-    forEachQuad([&](int r, int c, int offset) {
+      float *run = p + rowAt(row(r)) + column(c);
       if constexpr (kQuads) {
-        *reinterpret_cast<float4 *>(p + offset) =
+        *reinterpret_cast<float4 *>(run) =
             make_float4(s[r][c], s[r][c + 1], s[r][c + 2], s[r][c + 3]);
       } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           if (column(c + i) < V)
-            p[offset + i] = s[r][c + i];
+            run[i] = s[r][c + i];
       }
     });
     // Every lane of a row group holds the same normaliser rows.
@@ -361,7 +360,15 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
           if (row(r) < K)
-            p[row(r) * kColumns + V] = norm[r];
+            p[rowAt(row(r)) + V] = norm[r];
+  }
+  /// Puts this thread's part back into the staging area it came from.
+  LINAC_DEVICE void storeStaged(float *area) const {
+    put(area, [](int i) { return stagedRow(i); });
+    fenceSharedForBulkCopies();
+  }
+  LINAC_DEVICE void store(float *p) const {
+    put(p, [](int i) { return i * kColumns; });
   }
 
   LINAC_DEVICE void decay(const Keys &gk, const Values &gv) {
@@ -514,9 +521,10 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   // One warp starts item n's state towards its stage. The stage's barrier
   // completes a phase per item, skipped ones included: an arrival that
   // expects the state's bytes, or none.
-  auto prefetch = [&](int64_t n) {
+  // slotAt(n) is item n's slot, looked up ahead of the prefetch.
+  auto slotAt = [&](int64_t n) { return slotOf(itemAt(n) / args.num_heads); };
+  auto prefetch = [&](int64_t n, int64_t slot) {
     int64_t item = itemAt(n), seq = item / args.num_heads;
-    int64_t slot = slotOf(seq);
     uint64_t *barrier = &landed[n % kRing];
     if (laneId() == 0)
       arriveExpecting(barrier, slot >= 0 ? unsigned(headSize * sizeof(float))
@@ -535,10 +543,9 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (warpId() == 0)
-#pragma unroll
-      for (int a = 0; a < kStages; ++a)
-        prefetch(a);
+    // A warp a stage, so that the first states' lookups overlap.
+    if (warpId() < kStages)
+      prefetch(warpId(), slotAt(warpId()));
   }
   const float scale = readScale<Layer>(args);
   T *output = static_cast<T *>(args.output);
@@ -575,9 +582,10 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
       // take it.
       Split::sync();
       if (Split::warp() == 0) {
+        int64_t nextSlot = slotAt(n + kStages);
         if (slot >= 0)
           State::drain(stateOf(slot, head), stageAt(n));
-        prefetch(n + kStages);
+        prefetch(n + kStages, nextSlot);
       }
     }
   }

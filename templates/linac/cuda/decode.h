@@ -521,10 +521,9 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   // One warp starts item n's state towards its stage. The stage's barrier
   // completes a phase per item, skipped ones included: an arrival that
   // expects the state's bytes, or none.
-  // slotAt(n) is item n's slot, looked up ahead of the prefetch.
-  auto slotAt = [&](int64_t n) { return slotOf(itemAt(n) / args.num_heads); };
-  auto prefetch = [&](int64_t n, int64_t slot) {
+  auto prefetch = [&](int64_t n) {
     int64_t item = itemAt(n), seq = item / args.num_heads;
+    int64_t slot = slotOf(seq);
     uint64_t *barrier = &landed[n % kRing];
     if (laneId() == 0)
       arriveExpecting(barrier, slot >= 0 ? unsigned(headSize * sizeof(float))
@@ -543,9 +542,10 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    // A warp a stage, so that the first states' lookups overlap.
-    if (warpId() < kStages)
-      prefetch(warpId(), slotAt(warpId()));
+    if (warpId() == 0)
+#pragma unroll
+      for (int a = 0; a < kStages; ++a)
+        prefetch(a);
   }
   const float scale = readScale<Layer>(args);
   T *output = static_cast<T *>(args.output);
@@ -582,10 +582,9 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
       // take it.
       Split::sync();
       if (Split::warp() == 0) {
-        int64_t nextSlot = slotAt(n + kStages);
         if (slot >= 0)
           State::drain(stateOf(slot, head), stageAt(n));
-        prefetch(n + kStages, nextSlot);
+        prefetch(n + kStages);
       }
     }
   }

@@ -199,8 +199,8 @@ LINAC_DEVICE void bulkCopy(void *shared, const void *global, unsigned bytes,
 /// Copies `bytes` (as bulkCopy) from shared memory back to global memory,
 /// in this thread's current bulk group.
 LINAC_DEVICE void bulkStore(void *global, const void *shared, unsigned bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::
-                   "l"(global),
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group "
+               "[%0], [%1], %2;\n" ::"l"(global),
                "r"(sharedAddress(shared)), "r"(bytes)
                : "memory");
 }
@@ -556,7 +556,8 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
     const int64_t slot = slotOf(seq);
     // The group's next item's inputs, asked of L2 while this one computes.
     if (Split::warp() == 0 && itemAt(n + Split::kGroups) < items) {
-      int64_t next = itemAt(n + Split::kGroups), nextSeq = next / args.num_heads;
+      int64_t next = itemAt(n + Split::kGroups);
+      int64_t nextSeq = next / args.num_heads;
       prefetchInputs<Layer, T>(args, nextSeq * args.tokens, int(args.tokens),
                                int(next - nextSeq * args.num_heads), laneId(),
                                32);
@@ -578,8 +579,8 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
         state.store(stateOf(slot, head));
     }
     if constexpr (kStages > 0) {
-      // Once the group's stores have read the stage, item n + kStages may
-      // take it.
+      // Once the group has written the state back, warp 0 copies the stage
+      // out, and once the copies have read it, gives it to item n + kStages.
       Split::sync();
       if (Split::warp() == 0) {
         if (slot >= 0)

@@ -272,10 +272,10 @@ void BodyEmitter::emitSlice(ArrayRef<Value> roots) {
   for (Operation &op : layer.getBody().front()) {
     if (!needed.contains(&op) || isa<YieldOp>(op))
       continue;
-    if (auto erase = dyn_cast<EraseOp>(op); erase && flavor.fusedEraseWrite) {
+    if (auto erase = dyn_cast<EraseOp>(op);
+        erase && flavor.fusedEraseWrite && erase.getResult().hasOneUse()) {
       auto next = dyn_cast<WriteOp>(*erase.getResult().getUsers().begin());
-      if (erase.getResult().hasOneUse() && next &&
-          next.getKey() == erase.getKey()) {
+      if (next && next.getKey() == erase.getKey()) {
         pendingErase = erase;
         names[erase.getResult()] = "state";
         continue;

@@ -141,9 +141,8 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       };
       StateType state = layer.getStateType();
       int64_t valueDim = state.getValueDim();
-      // Decode reads and writes each head's state once per step; rows are
-      // staged whole and each warp stores its strip of a row as whole
-      // 32-byte sectors, so the pool keeps the forward pass's key-major
+      // Decode reads and writes each head's state once per step, in blocks
+      // of whole rows, so the pool keeps the forward pass's key-major
       // layout.
       add("decode_state_layout", b.getStringAttr("key_major"));
       if (gpu) {

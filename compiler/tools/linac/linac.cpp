@@ -53,7 +53,7 @@ static cl::opt<std::string> targetName("target", cl::desc("cpu, sm_90a or sm_80"
                                        cl::init("cpu"), cl::sub(compileCommand));
 static cl::opt<int64_t> decodeWarps(
     "decode-warps",
-    cl::desc("Warps of a GPU decode block: 8 (the default) or 16"),
+    cl::desc("Warps that compute one GPU decode item: 8 (the default) or 16"),
     cl::init(8), cl::sub(compileCommand));
 static cl::opt<std::string> outputPath("o", cl::desc("Package directory"),
                                        cl::value_desc("NAME.linac"),

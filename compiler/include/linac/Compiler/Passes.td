@@ -37,8 +37,8 @@ def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
     Option<"target", "target", "std::string", "\"cpu\"",
            "Target to plan for: cpu, sm_90a or sm_80">,
     Option<"decodeWarps", "decode-warps", "int64_t", "8",
-           "Warps of a GPU decode block: 8 (two blocks per "
-           "multiprocessor) or 16 (one)">,
+           "Warps that compute one GPU decode item: 8 (two groups of a "
+           "block at once) or 16 (one)">,
   ];
   let dependentDialects = ["::linac::LinacDialect"];
 }

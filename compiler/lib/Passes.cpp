@@ -70,17 +70,8 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
   int64_t u = state.getValueDim() + (state.getNormalized() ? 8 : 0);
   int64_t ks = state.getKeyDim() + 8, cs = c + 8, us = u + 4, as = c + 4;
   bool erase = form.erase != StrengthKind::None;
-  int64_t inputElements = 0;
-  for (BlockArgument input : layer.getInputs()) {
-    auto tensor = dyn_cast<RankedTensorType>(input.getType());
-    inputElements += tensor ? tensor.getNumElements() : 1;
-  }
-  // Each of the 16 warps stages one token's 16-bit inputs, in the place of
-  // the intra-chunk matrices P (and A).
-  int64_t stages = 16 * ((2 * inputElements + 15) / 16 * 16);
-  int64_t matrices = 4 * c * as * (erase ? 2 : 1);
   return 2 * c * ks * (erase ? 3 : 2) + 2 * u * ks + 2 * u * cs + 4 * c * us +
-         std::max(matrices, stages) +
+         4 * c * as * (erase ? 2 : 1) +
          4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1);
 }
 

@@ -311,6 +311,7 @@ int main(int argc, char **argv) {
   check(cudaFree(nullptr), "CUDA initialisation");
 
   bool ok = true;
+  std::vector<std::string> failures; ///< repeated last, after the benchmarks
   std::vector<std::unique_ptr<Package>> opened;
   std::vector<std::string> names; ///< package directories' stems
 
@@ -322,7 +323,8 @@ int main(int argc, char **argv) {
       std::string stem = path.substr(path.find_last_of('/') + 1);
       names.push_back(stem.substr(0, stem.find(".linac")));
     } catch (const Error &e) {
-      std::printf("%s: %s\n", path.c_str(), e.what());
+      failures.push_back(path + ": " + e.what());
+      std::printf("%s\n", failures.back().c_str());
       ok = false;
       continue;
     }
@@ -364,10 +366,15 @@ int main(int argc, char **argv) {
         verdict = std::string("FAIL: ") + e.what();
         ok = false;
       }
-      std::printf("%-22s %-11s %-9s %10.2e %10.2e %s\n", package.layer().c_str(),
-                  check.name.c_str(), dtypeName(dtype), outcome.outputError,
-                  outcome.stateError, verdict.c_str());
+      char row[160];
+      std::snprintf(row, sizeof row, "%-22s %-11s %-9s %10.2e %10.2e ",
+                    package.layer().c_str(), check.name.c_str(),
+                    dtypeName(dtype), outcome.outputError, outcome.stateError);
+      std::string line = row + verdict;
+      std::printf("%s\n", line.c_str());
       std::fflush(stdout);
+      if (verdict != "ok")
+        failures.push_back(line);
     }
   }
 
@@ -420,6 +427,8 @@ int main(int argc, char **argv) {
     for (const std::string &row : decodeTable)
       std::printf("%s\n", row.c_str());
   }
+  for (const std::string &failure : failures)
+    std::printf("%s\n", failure.c_str());
   std::printf("%s\n", ok ? "all checks passed" : "some checks FAILED");
   return ok ? 0 : 1;
 }

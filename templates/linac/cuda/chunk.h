@@ -1,10 +1,10 @@
 //===- chunk.h - the chunkwise kernel on tensor cores ------------*- C++ -*-===//
 //
 // DESIGN.md section 4 for one (head, sequence) per block of 16 warps, chunk
-// by chunk. Warp w works on value columns of half w / 8 in the role of warp
-// w % 8 below. The state stays in registers in fp32 (role r holds key rows
-// 16r..16r+15) and in shared memory as bf16, transposed, for the products
-// that read it. Per chunk:
+// by chunk. Warp w holds the state's value columns of half w / 8 in the role
+// of warp w % 8: in registers in fp32 (role r holds key rows 16r..16r+15),
+// and in shared memory as bf16, transposed, for the products that read it.
+// The other products are spread over all 16 warps. Per chunk:
 //   1. each warp runs the generated prologue on its tokens;
 //   2. cumulative log-gates over the chunk;
 //   3. R = U - (E (.) Lambda) S0;
@@ -54,15 +54,6 @@ template <int K, int V, Gate G> struct ChunkOperands {
   NormalizedValue<V> u;
 };
 
-/// Where each input of a token starts in a warp's staging area.
-template <typename Layer> struct StagedOffsets {
-  int64_t at[Layer::kNumInputs + 1];
-  LINAC_HOST_DEVICE constexpr StagedOffsets() : at() {
-    for (int i = 0; i < Layer::kNumInputs; ++i)
-      at[i + 1] = at[i] + Layer::inputSize(i);
-  }
-};
-
 /// A token's inputs, each lane holding its strided share: loaded a token
 /// ahead of the prologue that reads them, so that a warp's memory latency
 /// overlaps its previous token's work.
@@ -77,49 +68,76 @@ template <typename Layer, typename T> struct StagedInputs {
     return n;
   }
   static constexpr int kSlots = firstSlot(Layer::kNumInputs);
+  /// firstSlot as a table, so that an index known only after inlining folds.
+  struct FirstSlots {
+    int at[Layer::kNumInputs + 1];
+    LINAC_HOST_DEVICE constexpr FirstSlots() : at() {
+      for (int i = 0; i <= Layer::kNumInputs; ++i)
+        at[i] = firstSlot(i);
+    }
+  };
+  LINAC_DEVICE static int firstSlotOf(int i) {
+    constexpr FirstSlots slots{};
+    return slots.at[i];
+  }
   static constexpr auto kInputs = std::make_integer_sequence<int, Layer::kNumInputs>{};
 
-  T x[kSlots > 0 ? kSlots : 1];
+  static_assert(sizeof(T) == 2, "chunkwise kernels take 16-bit activations");
+  /// Two slots a register: staging holds a token beside the one the
+  /// prologue reads, so registers are scarce here.
+  uint32_t words[(kSlots + 1) / 2 > 0 ? (kSlots + 1) / 2 : 1];
+
+  LINAC_DEVICE float at(int slot) const {
+    auto bits = static_cast<unsigned short>(words[slot / 2] >> (slot % 2 * 16));
+    T value;
+    memcpy(&value, &bits, sizeof value);
+    return toFloat(value);
+  }
 
   LINAC_DEVICE void load(const Token<Layer, T> &token) {
+    for (uint32_t &word : words)
+      word = 0;
     forEachIndex(
         [&](auto input) {
           constexpr int i = decltype(input)::value;
           constexpr int first = firstSlot(i), size = int(Layer::inputSize(i));
-          const T *p = token.input(i);
+          const auto *p = reinterpret_cast<const unsigned short *>(token.input(i));
 #pragma unroll
           for (int s = 0; s < slotsOf(i); ++s) {
             int index = s * 32 + laneId();
-            x[first + s] = index < size ? p[index] : fromFloat<T>(0.0f);
-          }
-        },
-        kInputs);
-  }
-  LINAC_DEVICE void store(T *stage) const {
-    forEachIndex(
-        [&](auto input) {
-          constexpr int i = decltype(input)::value;
-          constexpr int first = firstSlot(i), size = int(Layer::inputSize(i));
-          constexpr int64_t offset = StagedOffsets<Layer>{}.at[i];
-#pragma unroll
-          for (int s = 0; s < slotsOf(i); ++s) {
-            int index = s * 32 + laneId();
-            if (index < size)
-              stage[offset + index] = x[first + s];
+            uint32_t bits = index < size ? p[index] : 0u;
+            words[(first + s) / 2] |= bits << ((first + s) % 2 * 16);
           }
         },
         kInputs);
   }
 };
 
-/// A token whose inputs the prologue reads from its warp's staging area.
-template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
-  const T *stage;
-  /// The generated prologue passes constant indices, so this folds.
-  LINAC_DEVICE const T *input(int i) const {
-    constexpr StagedOffsets<Layer> offsets{};
-    return stage + offsets.at[i];
+/// Input i of a staged token, read back in WarpVec's layout, which is the
+/// layout StagedInputs loaded it in.
+template <typename Layer, typename T> struct StagedInput {
+  using Staged = StagedInputs<Layer, T>;
+  const Staged &staged;
+  int i;
+
+  template <int N> LINAC_DEVICE WarpVec<N> warpVec() const {
+    WarpVec<N> v;
+#pragma unroll
+    for (int s = 0; s < WarpVec<N>::kSlots; ++s)
+      v.x[s] = staged.at(Staged::firstSlotOf(i) + s);
+    return v;
   }
+  /// A scalar input is lane 0's first slot.
+  LINAC_DEVICE float scalar() const {
+    return __shfl_sync(0xffffffffu, staged.at(Staged::firstSlotOf(i)), 0);
+  }
+};
+
+/// A token whose inputs the prologue reads from its warp's registers.
+template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
+  const StagedInputs<Layer, T> &staged;
+  /// The generated prologue passes constant indices, so slots fold.
+  LINAC_DEVICE StagedInput<Layer, T> input(int i) const { return {staged, i}; }
 };
 
 /// Log-gates below this per token are raised to it: every factor spanning
@@ -206,21 +224,12 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kValues = kDeltaT + 2 * U * CS;       // f32 C x US
   static constexpr size_t kP = kValues + 4 * C * US;            // f32 C x AS
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
-  /// Each warp's staging area for one token's 16-bit inputs, all of them in
-  /// P and A's place: the prologue is done with them before P is formed.
-  static constexpr size_t kStage = kP;
-  static constexpr size_t kStageBytes =
-      (2 * StagedOffsets<Layer>{}.at[Layer::kNumInputs] + 15) / 16 * 16;
-  static constexpr size_t kMatrixBytes = 4 * C * AS * (Layer::kErase ? 2 : 1);
-  static constexpr size_t kGates =
-      kP + (kMatrixBytes > kChunkWarps * kStageBytes ? kMatrixBytes
-                                                     : kChunkWarps * kStageBytes);
+  static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
   static constexpr size_t kBytes = kGates + 4 * C * (kVectorGate ? KS : 1);
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *stateT, *deltaT;
   float *values, *p, *a, *gates;
-  char *stage;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
       : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
@@ -231,7 +240,7 @@ template <typename Layer> struct ChunkLayout {
         values(reinterpret_cast<float *>(base + kValues)),
         p(reinterpret_cast<float *>(base + kP)),
         a(reinterpret_cast<float *>(base + kA)),
-        gates(reinterpret_cast<float *>(base + kGates)), stage(base + kStage) {}
+        gates(reinterpret_cast<float *>(base + kGates)) {}
 
   /// Cumulative key-side log-gate of token i at channel d (any d for a
   /// scalar gate); 0 before the chunk and without a gate.
@@ -280,6 +289,9 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   constexpr int HalfTiles = (ValueTiles + 1) / 2;
   constexpr bool kErase = Layer::kErase, kNormalizer = Layer::kNormalizer;
   constexpr Gate G = Layer::kKeyGate;
+  // The reads and the erase residual split the value tiles into ReadParts.
+  constexpr int ReadParts = G == Gate::Vector ? 2 : 4;
+  constexpr int PartTiles = (ValueTiles + ReadParts - 1) / ReadParts;
   static_assert(C == 64, "four roles of 16 rows cover a chunk, one warp's "
                          "lanes two tokens each");
   static_assert(K % 16 == 0 && V % 16 == 0 && K <= 128 && V <= 128,
@@ -326,7 +338,6 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     __syncthreads();
 
     // 1. Prologue: token operands into shared memory, zeros past the end.
-    T *stage = reinterpret_cast<T *>(s.stage + warpIndex * Layout::kStageBytes);
     StagedInputs<Layer, T> next;
     if (warpIndex < L)
       next.load(Token<Layer, T>{args, start + warpIndex, head});
@@ -336,11 +347,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         StagedInputs<Layer, T> current = next;
         if (i + kChunkWarps < L)
           next.load(Token<Layer, T>{args, start + i + kChunkWarps, head});
-        current.store(stage);
-        __syncwarp();
         Layer::Chunk::prologue(
-            StagedToken<Layer, T>{{args, start + i, head}, stage}, ops);
-        __syncwarp();
+            StagedToken<Layer, T>{{args, start + i, head}, current}, ops);
       } else {
         ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
         ops.u = {WarpVec<V>::splat(0.0f), 0.0f};
@@ -379,10 +387,32 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
 
     // 2. Cumulative log-gates.
     if constexpr (G == Gate::Vector) {
-      for (int d = threadIdx.x; d < K; d += blockDim.x) {
+      // Four lanes a channel, each summing a run of 16 tokens, then adding
+      // the runs before its own.
+      constexpr int Runs = 4, RunLength = C / Runs;
+      static_assert(K * Runs % 32 == 0, "whole warps take the channels");
+      for (int t = threadIdx.x; t < K * Runs; t += blockDim.x) {
+        const int d = t / Runs, run = t % Runs;
+        float *column = s.gates + run * RunLength * KS + d;
+        float x[RunLength];
+#pragma unroll
+        for (int i = 0; i < RunLength; ++i)
+          x[i] = column[i * KS];
         float sum = 0.0f;
-        for (int i = 0; i < C; ++i)
-          s.gates[i * KS + d] = sum += s.gates[i * KS + d];
+#pragma unroll
+        for (int i = 0; i < RunLength; ++i)
+          x[i] = sum += x[i];
+        float inclusive = sum;
+#pragma unroll
+        for (int offset = 1; offset < Runs; offset *= 2) {
+          float below = __shfl_up_sync(0xffffffffu, inclusive, offset, Runs);
+          if (run >= offset)
+            inclusive += below;
+        }
+        const float before = inclusive - sum;
+#pragma unroll
+        for (int i = 0; i < RunLength; ++i)
+          column[i * KS] = x[i] + before;
       }
     } else if constexpr (G == Gate::Scalar) {
       // Warp 0 scans: two tokens per lane, then across lanes.
@@ -402,64 +432,79 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     }
     __syncthreads();
 
-    // 3. The erase residual R = U - (E (.) Lambda) S0 (warps 4-7, 16 tokens
-    // each); what the state gives the queries waits until step 6, so that
-    // its accumulators are not live across the solve.
-    const int rowBase = (warp % 4) * 16;
-    const bool queryWarp = warp < 4;
-    auto stateProduct = [&](float (&acc)[HalfTiles][4],
+    // 3. The erase residual R = U - (E (.) Lambda) S0. This and the reads in
+    // step 6 take 16 tokens from readRows and the value tiles of one part of
+    // the columns. A key-vector gate scales each warp's rows by exponentials
+    // of its own, so there roles 0-3 read and roles 4-7 take the residual,
+    // on half the columns each; otherwise every warp does both on a quarter.
+    // What the state gives the queries waits until step 6, so that its
+    // accumulators are not live across the solve.
+    const int readRows = (warpIndex % 4) * 16;
+    const int readColumns =
+        warpIndex / (kChunkWarps / ReadParts) * PartTiles * 8;
+    const int readTiles = min(PartTiles, ValueTiles - readColumns / 8);
+    const bool reads = G != Gate::Vector || warp < 4;
+    auto stateProduct = [&](float (&acc)[PartTiles][4],
                             const __nv_bfloat16 *x, bool query) {
       auto decay = [&](int i, int d) {
         return query ? s.lambdaQ(i, d) : s.lambda(i, d);
       };
       zero(acc);
-      warpProduct<HalfTiles, KeySteps>(
+      warpProduct<PartTiles, KeySteps>(
           acc,
           [&](int r, int d) {
-            int i = rowBase + r;
+            int i = readRows + r;
             if constexpr (G != Gate::Vector)
               return Layout::pair(x, KS, i, d);
             return pack(Layout::at(x, KS, i, d) * __expf(decay(i, d)),
                         Layout::at(x, KS, i, d + 1) * __expf(decay(i, d + 1)));
           },
           [&](int d, int j) {
-            return Layout::pair(s.stateT, KS, columnBase + j, d);
+            return Layout::pair(s.stateT, KS, readColumns + j, d);
           },
-          KeySteps, tiles);
+          KeySteps, readTiles);
       if constexpr (G == Gate::Scalar)
-        for (int n = 0; n < HalfTiles; ++n)
+        for (int n = 0; n < PartTiles; ++n)
           for (int r = 0; r < 4; ++r)
-            acc[n][r] *= __expf(decay(rowBase + accRow(r), 0));
+            acc[n][r] *= __expf(decay(readRows + accRow(r), 0));
     };
-    if (!queryWarp && kErase) {
-      float fromState[HalfTiles][4];
+    if (kErase && (G != Gate::Vector || !reads)) {
+      float fromState[PartTiles][4];
       stateProduct(fromState, s.e, false);
-      for (int n = 0; n < tiles; ++n)
+      for (int n = 0; n < readTiles; ++n)
         for (int r = 0; r < 4; ++r)
-          s.values[(rowBase + accRow(r)) * US + columnBase + n * 8 + accCol(r)] -=
-              fromState[n][r];
+          s.values[(readRows + accRow(r)) * US + readColumns + n * 8 +
+                   accCol(r)] -= fromState[n][r];
     }
 
     // 4. The intra-chunk matrices, masked before any exponential:
     // P_ij = sum_d q_id k_jd e^(lambdaQ_id - lambda_jd), j <= i (j < i when
     // reading first); A_ij likewise with e and lambda, j < i.
+    const int rowBase = (warp % 4) * 16;
+    const bool queryWarp = warp < 4;
     const bool firstHalf = warpIndex < 8;
     if constexpr (G != Gate::Vector) {
-      if (firstHalf && (queryWarp || kErase)) {
-        const __nv_bfloat16 *x = queryWarp ? s.q : s.e;
-        float *target = queryWarp ? s.p : s.a;
-        bool strict = !queryWarp || Layer::kReadBefore;
-        float acc[C / 8][4];
+      // One task a warp: 16 rows of P (then of A) against 16 keys, the
+      // tasks above the diagonal skipped (the products never read them).
+      constexpr int Tasks = kErase ? 32 : 16;
+      for (int task = warpIndex; task < Tasks; task += kChunkWarps) {
+        const bool query = task < 16;
+        const int rows = task % 4 * 16, keys = task / 4 % 4 * 16;
+        if (keys > rows)
+          continue;
+        const __nv_bfloat16 *x = query ? s.q : s.e;
+        float *target = query ? s.p : s.a;
+        const bool strict = !query || Layer::kReadBefore;
+        float acc[2][4];
         zero(acc);
-        warpProduct<C / 8, KeySteps>(
-            acc, [&](int r, int d) { return Layout::pair(x, KS, rowBase + r, d); },
-            [&](int d, int j) { return Layout::pair(s.k, KS, j, d); }, KeySteps,
-            rowBase / 8 + 2);
-        for (int n = 0; n < C / 8; ++n)
+        warpProduct<2, KeySteps>(
+            acc, [&](int r, int d) { return Layout::pair(x, KS, rows + r, d); },
+            [&](int d, int j) { return Layout::pair(s.k, KS, keys + j, d); });
+        for (int n = 0; n < 2; ++n)
           for (int r = 0; r < 4; ++r) {
-            int i = rowBase + accRow(r), j = n * 8 + accCol(r);
+            int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
             bool live = strict ? j < i : j <= i;
-            float from = queryWarp ? s.lambdaQ(i, 0) : s.lambda(i, 0);
+            float from = query ? s.lambdaQ(i, 0) : s.lambda(i, 0);
             target[i * AS + j] =
                 live ? acc[n][r] * (G == Gate::None ? 1.0f
                                                     : __expf(from - s.lambda(j, 0)))
@@ -556,8 +601,14 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     __syncthreads();
 
     // 5. Delta = (I + A)^-1 R, thread j owning value column j; bf16 and
-    // transposed for the products that read it.
-    for (int j = threadIdx.x; j < U; j += blockDim.x) {
+    // transposed for the products that read it. Without an erase Delta is
+    // R, and every thread copies a share.
+    if constexpr (!kErase)
+      for (int index = threadIdx.x; index < C * U; index += blockDim.x) {
+        int i = index % C, j = index / C;
+        s.deltaT[j * CS + i] = __float2bfloat16(s.values[i * US + j]);
+      }
+    for (int j = threadIdx.x; kErase && j < U; j += blockDim.x) {
       float delta[C];
 #pragma unroll
       for (int i = 0; i < C; ++i) {
@@ -584,25 +635,25 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     }
     __syncthreads();
 
-    // 6. O = (Q (.) Lambda) S0 + P Delta (warps 0-3, into shared memory for
-    // the epilogue) and the state update (every state warp).
-    if (queryWarp) {
-      float out[HalfTiles][4];
+    // 6. O = (Q (.) Lambda) S0 + P Delta (into shared memory for the
+    // epilogue, split as in step 3) and the state update (every state warp).
+    if (reads) {
+      float out[PartTiles][4];
       stateProduct(out, s.q, true);
-      warpProduct<HalfTiles, ChunkSteps>(
+      warpProduct<PartTiles, ChunkSteps>(
           out,
           [&](int r, int j) {
-            const float *row = s.p + (rowBase + r) * AS + j;
+            const float *row = s.p + (readRows + r) * AS + j;
             return pack(row[0], row[1]);
           },
           [&](int j, int c) {
-            return Layout::pair(s.deltaT, CS, columnBase + c, j);
+            return Layout::pair(s.deltaT, CS, readColumns + c, j);
           },
-          rowBase / 16 + 1, tiles);
-      for (int n = 0; n < tiles; ++n)
+          readRows / 16 + 1, readTiles);
+      for (int n = 0; n < readTiles; ++n)
         for (int r = 0; r < 4; ++r)
-          s.values[(rowBase + accRow(r)) * US + columnBase + n * 8 + accCol(r)] =
-              out[n][r];
+          s.values[(readRows + accRow(r)) * US + readColumns + n * 8 +
+                   accCol(r)] = out[n][r];
     }
     if (stateWarp) {
       float update[HalfTiles][4];

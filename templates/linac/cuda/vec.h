@@ -40,6 +40,13 @@ template <> LINAC_DEVICE __half fromFloat<__half>(float x) {
 template <typename T> LINAC_DEVICE float loadScalar(const T *p) {
   return toFloat(*p);
 }
+/// Inputs held in registers rather than memory offer scalar() and
+/// warpVec<N>() (chunk.h's staged tokens).
+template <typename Source,
+          typename = std::enable_if_t<!std::is_pointer_v<Source>>>
+LINAC_DEVICE float loadScalar(const Source &source) {
+  return source.scalar();
+}
 
 LINAC_DEVICE int laneId() { return threadIdx.x & 31; }
 
@@ -122,6 +129,11 @@ template <int N> struct WarpVec : Elements<WarpVec<N>, (N + 31) / 32> {
   LINAC_DEVICE static int index(int slot) { return slot * 32 + laneId(); }
   template <typename T> LINAC_DEVICE static WarpVec load(const T *p) {
     return loadSlots<WarpVec, N>(p);
+  }
+  template <typename Source,
+            typename = std::enable_if_t<!std::is_pointer_v<Source>>>
+  LINAC_DEVICE static WarpVec load(const Source &source) {
+    return source.template warpVec<N>();
   }
   template <typename T> LINAC_DEVICE void store(T *p) const {
     for (int i = 0; i < kSlots; ++i)

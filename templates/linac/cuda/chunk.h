@@ -9,7 +9,7 @@
 //   2. cumulative log-gates over the chunk;
 //   3. R = U - (E (.) Lambda) S0;
 //   4. the masked intra-chunk matrices P (query-key) and A (erase-key);
-//   5. Delta = (I + A)^-1 R by forward substitution, one column per thread;
+//   5. Delta = (I + A)^-1 R by blocked forward substitution;
 //   6. O = (Q (.) Lambda) S0 + P Delta and
 //      S <- Lambda_C (.) S + (K (.) Lambda_C / Lambda)^T Delta;
 //   7. each warp normalises its tokens' reads and runs the generated epilogue.
@@ -600,37 +600,72 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     }
     __syncthreads();
 
-    // 5. Delta = (I + A)^-1 R, thread j owning value column j; bf16 and
-    // transposed for the products that read it. Without an erase Delta is
-    // R, and every thread copies a share.
-    if constexpr (!kErase)
+    // 5. Delta = (I + A)^-1 R, bf16 and transposed for the products that
+    // read it. Without an erase Delta is R, and every thread copies a share.
+    // With one, in place of R in a wavefront over blocks of 16 rows: group g
+    // of 128 threads holds rows 16g..16g+15 of a column a thread; at step t
+    // every group from t on subtracts what block t - 1 (solved at step t - 1)
+    // gives its rows, and group t then solves its own block.
+    if constexpr (!kErase) {
       for (int index = threadIdx.x; index < C * U; index += blockDim.x) {
         int i = index % C, j = index / C;
         s.deltaT[j * CS + i] = __float2bfloat16(s.values[i * US + j]);
       }
-    for (int j = threadIdx.x; kErase && j < U; j += blockDim.x) {
-      float delta[C];
+    } else {
+      constexpr int Rows = 16, Groups = C / Rows;
+      constexpr int GroupThreads = kChunkWarps * 32 / Groups;
+      const int group = threadIdx.x / GroupThreads;
+      const int rows = group * Rows;
+      for (int step = 0; step < Groups; ++step) {
+        for (int j = threadIdx.x % GroupThreads; group >= step && j < U;
+             j += GroupThreads) {
+          float r[Rows];
 #pragma unroll
-      for (int i = 0; i < C; ++i) {
-        float r = s.values[i * US + j];
-        if constexpr (kErase) {
-          // Four partial sums, A's row read four at a time.
-          float partial[4] = {r, 0.0f, 0.0f, 0.0f};
+          for (int i = 0; i < Rows; ++i)
+            r[i] = s.values[(rows + i) * US + j];
+          if (step > 0) {
+            const int solved = (step - 1) * Rows;
+            float delta[Rows];
 #pragma unroll
-          for (int m = 0; m + 4 <= i; m += 4) {
-            float4 a = *reinterpret_cast<const float4 *>(s.a + i * AS + m);
-            partial[0] -= a.x * delta[m];
-            partial[1] -= a.y * delta[m + 1];
-            partial[2] -= a.z * delta[m + 2];
-            partial[3] -= a.w * delta[m + 3];
+            for (int m = 0; m < Rows; ++m)
+              delta[m] = s.values[(solved + m) * US + j];
+#pragma unroll
+            for (int i = 0; i < Rows; ++i)
+#pragma unroll
+              for (int m = 0; m < Rows; m += 4) {
+                float4 a = *reinterpret_cast<const float4 *>(
+                    s.a + (rows + i) * AS + solved + m);
+                r[i] -= (a.x * delta[m] + a.y * delta[m + 1]) +
+                        (a.z * delta[m + 2] + a.w * delta[m + 3]);
+              }
+          }
+          if (group == step) {
+#pragma unroll
+            for (int i = 1; i < Rows; ++i) {
+              // Two partial sums, A's row read four at a time.
+              float partial[2] = {r[i], 0.0f};
+#pragma unroll
+              for (int m = 0; m + 4 <= i; m += 4) {
+                float4 a = *reinterpret_cast<const float4 *>(
+                    s.a + (rows + i) * AS + rows + m);
+                partial[0] -= a.x * r[m] + a.z * r[m + 2];
+                partial[1] -= a.y * r[m + 1] + a.w * r[m + 3];
+              }
+#pragma unroll
+              for (int m = i & ~3; m < i; ++m)
+                partial[m % 2] -= s.a[(rows + i) * AS + rows + m] * r[m];
+              r[i] = partial[0] + partial[1];
+            }
+#pragma unroll
+            for (int i = 0; i < Rows; ++i)
+              s.deltaT[j * CS + rows + i] = __float2bfloat16(r[i]);
           }
 #pragma unroll
-          for (int m = i & ~3; m < i; ++m)
-            partial[0] -= s.a[i * AS + m] * delta[m];
-          r = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+          for (int i = 0; i < Rows; ++i)
+            s.values[(rows + i) * US + j] = r[i];
         }
-        delta[i] = r;
-        s.deltaT[j * CS + i] = __float2bfloat16(r);
+        if (step + 1 < Groups)
+          __syncthreads();
       }
     }
     __syncthreads();

@@ -333,14 +333,16 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   };
   publishState();
 
+  // Each warp's next token, loaded a token ahead of its prologue (for a
+  // chunk's first tokens, during the previous chunk's epilogue).
+  StagedInputs<Layer, T> next;
+  if (begin + warpIndex < end)
+    next.load(Token<Layer, T>{args, begin + warpIndex, head});
   for (int64_t start = begin; start < end; start += C) {
     const int L = end - start < C ? int(end - start) : C;
     __syncthreads();
 
     // 1. Prologue: token operands into shared memory, zeros past the end.
-    StagedInputs<Layer, T> next;
-    if (warpIndex < L)
-      next.load(Token<Layer, T>{args, start + warpIndex, head});
     for (int i = warpIndex; i < C; i += kChunkWarps) {
       ChunkOperands<K, V, G> ops;
       if (i < L) {
@@ -468,7 +470,13 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
           for (int r = 0; r < 4; ++r)
             acc[n][r] *= __expf(decay(readRows + accRow(r), 0));
     };
-    if (kErase && (G != Gate::Vector || !reads)) {
+    if constexpr (!kErase) {
+      // Delta is U: every thread copies a share, beside step 4.
+      for (int index = threadIdx.x; index < C * U; index += blockDim.x) {
+        int i = index % C, j = index / C;
+        s.deltaT[j * CS + i] = __float2bfloat16(s.values[i * US + j]);
+      }
+    } else if (G != Gate::Vector || !reads) {
       float fromState[PartTiles][4];
       stateProduct(fromState, s.e, false);
       for (int n = 0; n < readTiles; ++n)
@@ -601,17 +609,12 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     __syncthreads();
 
     // 5. Delta = (I + A)^-1 R, bf16 and transposed for the products that
-    // read it. Without an erase Delta is R, and every thread copies a share.
-    // With one, in place of R in a wavefront over blocks of 16 rows: group g
-    // of 128 threads holds rows 16g..16g+15 of a column a thread; at step t
-    // every group from t on subtracts what block t - 1 (solved at step t - 1)
-    // gives its rows, and group t then solves its own block.
-    if constexpr (!kErase) {
-      for (int index = threadIdx.x; index < C * U; index += blockDim.x) {
-        int i = index % C, j = index / C;
-        s.deltaT[j * CS + i] = __float2bfloat16(s.values[i * US + j]);
-      }
-    } else {
+    // read it (without an erase, copied in step 3): in place of R in a
+    // wavefront over blocks of 16 rows. Group g of 128 threads holds rows
+    // 16g..16g+15 of a column a thread; at step t every group from t on
+    // subtracts what block t - 1 (solved at step t - 1) gives its rows, and
+    // group t then solves its own block.
+    if constexpr (kErase) {
       constexpr int Rows = 16, Groups = C / Rows;
       constexpr int GroupThreads = kChunkWarps * 32 / Groups;
       const int group = threadIdx.x / GroupThreads;
@@ -664,11 +667,9 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
           for (int i = 0; i < Rows; ++i)
             s.values[(rows + i) * US + j] = r[i];
         }
-        if (step + 1 < Groups)
-          __syncthreads();
+        __syncthreads();
       }
     }
-    __syncthreads();
 
     // 6. O = (Q (.) Lambda) S0 + P Delta (into shared memory for the
     // epilogue, split as in step 3) and the state update (every state warp).
@@ -715,6 +716,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     }
     __syncthreads();
     publishState();
+    if (start + C + warpIndex < end)
+      next.load(Token<Layer, T>{args, start + C + warpIndex, head});
 
     // 7. Epilogue: normalised reads through the generated code.
     for (int i = warpIndex; i < L; i += kChunkWarps) {

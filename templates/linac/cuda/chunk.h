@@ -61,25 +61,20 @@ template <typename Layer, typename T> struct StagedInputs {
   LINAC_HOST_DEVICE static constexpr int slotsOf(int i) {
     return int((Layer::inputSize(i) + 31) / 32);
   }
-  LINAC_HOST_DEVICE static constexpr int firstSlot(int i) {
-    int n = 0;
-    for (int j = 0; j < i; ++j)
-      n += slotsOf(j);
-    return n;
-  }
-  static constexpr int kSlots = firstSlot(Layer::kNumInputs);
-  /// firstSlot as a table, so that an index known only after inlining folds.
+  /// Where each input's slots start: a table, so that an index known only
+  /// after inlining folds.
   struct FirstSlots {
     int at[Layer::kNumInputs + 1];
     LINAC_HOST_DEVICE constexpr FirstSlots() : at() {
-      for (int i = 0; i <= Layer::kNumInputs; ++i)
-        at[i] = firstSlot(i);
+      for (int i = 0; i < Layer::kNumInputs; ++i)
+        at[i + 1] = at[i] + slotsOf(i);
     }
   };
-  LINAC_DEVICE static int firstSlotOf(int i) {
+  LINAC_HOST_DEVICE static constexpr int firstSlot(int i) {
     constexpr FirstSlots slots{};
     return slots.at[i];
   }
+  static constexpr int kSlots = firstSlot(Layer::kNumInputs);
   static constexpr auto kInputs = std::make_integer_sequence<int, Layer::kNumInputs>{};
 
   static_assert(sizeof(T) == 2, "chunkwise kernels take 16-bit activations");
@@ -124,12 +119,12 @@ template <typename Layer, typename T> struct StagedInput {
     WarpVec<N> v;
 #pragma unroll
     for (int s = 0; s < WarpVec<N>::kSlots; ++s)
-      v.x[s] = staged.at(Staged::firstSlotOf(i) + s);
+      v.x[s] = staged.at(Staged::firstSlot(i) + s);
     return v;
   }
   /// A scalar input is lane 0's first slot.
   LINAC_DEVICE float scalar() const {
-    return __shfl_sync(0xffffffffu, staged.at(Staged::firstSlotOf(i)), 0);
+    return __shfl_sync(0xffffffffu, staged.at(Staged::firstSlot(i)), 0);
   }
 };
 

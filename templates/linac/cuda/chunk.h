@@ -220,11 +220,16 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kP = kValues + 4 * C * US;            // f32 C x AS
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
   static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
-  static constexpr size_t kBytes = kGates + 4 * C * (kVectorGate ? KS : 1);
+  /// With a normaliser, its column of the state and of Delta in fp32.
+  static constexpr size_t kStateNormalizer =
+      kGates + 4 * C * (kVectorGate ? KS : 1);
+  static constexpr size_t kWeights = kStateNormalizer + 4 * K;
+  static constexpr size_t kBytes =
+      Layer::kNormalizer ? kWeights + 4 * C : kStateNormalizer;
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *stateT, *deltaT;
-  float *values, *p, *a, *gates;
+  float *values, *p, *a, *gates, *stateNormalizer, *weights;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
       : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
@@ -235,7 +240,9 @@ template <typename Layer> struct ChunkLayout {
         values(reinterpret_cast<float *>(base + kValues)),
         p(reinterpret_cast<float *>(base + kP)),
         a(reinterpret_cast<float *>(base + kA)),
-        gates(reinterpret_cast<float *>(base + kGates)) {}
+        gates(reinterpret_cast<float *>(base + kGates)),
+        stateNormalizer(reinterpret_cast<float *>(base + kStateNormalizer)),
+        weights(reinterpret_cast<float *>(base + kWeights)) {}
 
   /// Cumulative key-side log-gate of token i at channel d (any d for a
   /// scalar gate); 0 before the chunk and without a gate.
@@ -322,9 +329,12 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   auto publishState = [&] {
     if (stateWarp)
       for (int n = 0; n < tiles; ++n)
-        for (int r = 0; r < 4; ++r)
-          s.stateT[(columnBase + n * 8 + accCol(r)) * KS + stateRow + accRow(r)] =
-              __float2bfloat16(state[n][r]);
+        for (int r = 0; r < 4; ++r) {
+          int row = stateRow + accRow(r), col = columnBase + n * 8 + accCol(r);
+          s.stateT[col * KS + row] = __float2bfloat16(state[n][r]);
+          if (kNormalizer && col == V)
+            s.stateNormalizer[row] = state[n][r];
+        }
   };
   publishState();
 
@@ -358,7 +368,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         int d = WarpVec<K>::index(slot);
         if (d >= K)
           continue;
-        s.q[i * KS + d] = __float2bfloat16(ops.q.x[slot] * scale);
+        s.q[i * KS + d] = __float2bfloat16(ops.q.x[slot]);
         s.k[i * KS + d] = __float2bfloat16(ops.k.x[slot]);
         if constexpr (kErase)
           s.e[i * KS + d] = __float2bfloat16(ops.e.x[slot]);
@@ -460,16 +470,21 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             return Layout::pair(s.stateT, KS, readColumns + j, d);
           },
           KeySteps, readTiles);
-      if constexpr (G == Gate::Scalar)
-        for (int n = 0; n < PartTiles; ++n)
-          for (int r = 0; r < 4; ++r)
-            acc[n][r] *= __expf(decay(readRows + accRow(r), 0));
+      for (int n = 0; n < PartTiles; ++n)
+        for (int r = 0; r < 4; ++r) {
+          float factor = query ? scale : 1.0f;
+          if constexpr (G == Gate::Scalar)
+            factor *= __expf(decay(readRows + accRow(r), 0));
+          acc[n][r] *= factor;
+        }
     };
     if constexpr (!kErase) {
       // Delta is U: every thread copies a share, beside step 4.
       for (int index = threadIdx.x; index < C * U; index += blockDim.x) {
         int i = index % C, j = index / C;
         s.deltaT[j * CS + i] = __float2bfloat16(s.values[i * US + j]);
+        if (kNormalizer && j == V)
+          s.weights[i] = s.values[i * US + j];
       }
     } else if (G != Gate::Vector || !reads) {
       float fromState[PartTiles][4];
@@ -508,10 +523,10 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
             bool live = strict ? j < i : j <= i;
             float from = query ? s.lambdaQ(i, 0) : s.lambda(i, 0);
-            target[i * AS + j] =
-                live ? acc[n][r] * (G == Gate::None ? 1.0f
-                                                    : __expf(from - s.lambda(j, 0)))
-                     : 0.0f;
+            float factor = query ? scale : 1.0f;
+            if constexpr (G == Gate::Scalar)
+              factor *= __expf(from - s.lambda(j, 0));
+            target[i * AS + j] = live ? acc[n][r] * factor : 0.0f;
           }
       }
     } else if (queryWarp && (firstHalf || kErase)) {
@@ -552,7 +567,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
           int i = rowBase + accRow(r), j = n * 8 + accCol(r);
           if (j >= rowBase && j < rowBase + 16)
             continue; // the diagonal sub-chunk, below
-          target[i * AS + j] = n < liveTiles ? acc[n][r] : 0.0f;
+          target[i * AS + j] =
+              n < liveTiles ? acc[n][r] * (firstHalf ? scale : 1.0f) : 0.0f;
         }
     } else if (!queryWarp) {
       // The diagonal sub-chunk of role w - 4: each lane takes whole pairs
@@ -588,7 +604,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
                     e.z * k.z * __expf(li.z - lj.z) + e.w * k.w * __expf(li.w - lj.w);
           }
         }
-        s.p[i * AS + j] = !Layer::kReadBefore || j < i ? pSum : 0.0f;
+        s.p[i * AS + j] = !Layer::kReadBefore || j < i ? pSum * scale : 0.0f;
         if constexpr (kErase)
           s.a[i * AS + j] = j < i ? aSum : 0.0f;
       }
@@ -655,8 +671,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
               r[i] = partial[0] + partial[1];
             }
 #pragma unroll
-            for (int i = 0; i < Rows; ++i)
+            for (int i = 0; i < Rows; ++i) {
               s.deltaT[j * CS + rows + i] = __float2bfloat16(r[i]);
+              if (kNormalizer && j == V)
+                s.weights[rows + i] = r[i];
+            }
           }
 #pragma unroll
           for (int i = 0; i < Rows; ++i)
@@ -685,6 +704,26 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         for (int r = 0; r < 4; ++r)
           s.values[(readRows + accRow(r)) * US + readColumns + n * 8 +
                    accCol(r)] = out[n][r];
+      if (kNormalizer && readColumns <= V && V < readColumns + readTiles * 8) {
+        // The normaliser's read again in fp32, two lanes a token: it divides
+        // the values, and where it is a small sum of large terms just above
+        // the clamp, bf16 products leave it too few correct bits.
+        const int i = readRows + laneId() / 2, half = laneId() % 2;
+        float sum = 0.0f;
+        for (int d = half; d < K; d += 2) {
+          float term = Layout::at(s.q, KS, i, d) * s.stateNormalizer[d];
+          if constexpr (G == Gate::Vector)
+            term *= __expf(s.lambdaQ(i, d));
+          sum += term;
+        }
+        sum *= scale * (G == Gate::Scalar ? __expf(s.lambdaQ(i, 0)) : 1.0f);
+        for (int j = half; j <= i; j += 2)
+          sum += s.p[i * AS + j] * s.weights[j];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        __syncwarp();
+        if (half == 0)
+          s.values[i * US + V] = sum;
+      }
     }
     if (stateWarp) {
       float update[HalfTiles][4];

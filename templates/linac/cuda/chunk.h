@@ -146,9 +146,23 @@ LINAC_DEVICE float floorLogGate(float g) {
 
 //===----------------------------------------------------------------------===//
 // Tensor-core tiles: mma.sync m16n8k16, bf16 operands, fp32 accumulators.
-// Fragment loaders take functors returning a packed pair of consecutive
-// reduction-axis elements, so operands can be scaled as they are loaded.
+// An operand is either a functor returning a packed pair of consecutive
+// reduction-axis elements, so that it can be scaled as it is loaded, or a
+// bf16 matrix in shared memory that ldmatrix reads as it is.
 //===----------------------------------------------------------------------===//
+
+/// A bf16 matrix in shared memory, row-major, rows 16-byte aligned. As the
+/// A operand its rows from `first` are the tile's rows, the reduction along
+/// them; as the B operand its rows from `first` are the tile's columns.
+struct SharedRows {
+  const __nv_bfloat16 *m;
+  int stride, first;
+};
+/// The A operand A[r][k] = m[k][first + r]: the reduction down the columns.
+struct SharedColumns {
+  const __nv_bfloat16 *m;
+  int stride, first;
+};
 
 LINAC_DEVICE uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -165,28 +179,80 @@ LINAC_DEVICE void mma(float (&d)[4], const uint32_t (&a)[4],
                  "r"(b[1]));
 }
 
+LINAC_DEVICE uint32_t sharedAddress(const __nv_bfloat16 *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// The A fragment of k-step k0 (lanes 8i..8i+7 address 8 x 8 matrix i:
+/// rows +0/+8, then the reduction +0/+8, in the order the fragment takes).
+LINAC_DEVICE void fragmentA(uint32_t (&a)[4], const SharedRows &x, int k0) {
+  int lane = laneId();
+  const __nv_bfloat16 *p =
+      x.m + (x.first + lane % 16) * x.stride + k0 + lane / 16 * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
+               "[%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(sharedAddress(p)));
+}
+LINAC_DEVICE void fragmentA(uint32_t (&a)[4], const SharedColumns &x, int k0) {
+  int lane = laneId(), matrix = lane / 8;
+  const __nv_bfloat16 *p = x.m + (k0 + matrix / 2 * 8 + lane % 8) * x.stride +
+                           x.first + matrix % 2 * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(sharedAddress(p)));
+}
+template <typename PairA>
+LINAC_DEVICE void fragmentA(uint32_t (&a)[4], const PairA &pairA, int k0) {
+  int g = laneId() >> 2, k = k0 + (laneId() & 3) * 2;
+  a[0] = pairA(g, k);
+  a[1] = pairA(g + 8, k);
+  a[2] = pairA(g, k + 8);
+  a[3] = pairA(g + 8, k + 8);
+}
+
+/// The B fragment of k-step k0 and columns n0..n0+7.
+LINAC_DEVICE void fragmentB(uint32_t (&b)[2], const SharedRows &x, int k0,
+                            int n0) {
+  int lane = laneId();
+  const __nv_bfloat16 *p =
+      x.m + (x.first + n0 + lane % 8) * x.stride + k0 + lane / 8 % 2 * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(b[0]), "=r"(b[1])
+               : "r"(sharedAddress(p)));
+}
+template <typename PairB>
+LINAC_DEVICE void fragmentB(uint32_t (&b)[2], const PairB &pairB, int k0,
+                            int n0) {
+  int g = laneId() >> 2, k = k0 + (laneId() & 3) * 2;
+  b[0] = pairB(k, n0 + g);
+  b[1] = pairB(k + 8, n0 + g);
+}
+
 /// Row and column of accumulator element r of this lane in a 16 x 8 tile.
 LINAC_DEVICE int accRow(int r) { return (laneId() >> 2) + (r >= 2 ? 8 : 0); }
 LINAC_DEVICE int accCol(int r) { return (laneId() & 3) * 2 + (r & 1); }
 
-/// acc[n] += A (16 x 16 Steps) B (16 Steps x 8 Tiles); pairA(row, k) and
-/// pairB(k, col) give elements (k, k + 1). Tiles n >= liveTiles are skipped.
-template <int Tiles, int Steps, typename PairA, typename PairB>
-LINAC_DEVICE void warpProduct(float (&acc)[Tiles][4], PairA pairA, PairB pairB,
-                              int liveSteps = Steps, int liveTiles = Tiles) {
-  int g = laneId() >> 2, t = (laneId() & 3) * 2;
+/// acc[n] += A (16 x 16 Steps) B (16 Steps x 8 Tiles); a pair functor
+/// pairA(row, k) or pairB(k, col) gives elements (k, k + 1). Tiles
+/// n >= liveTiles are skipped.
+template <int Tiles, int Steps, typename SourceA, typename SourceB>
+LINAC_DEVICE void warpProduct(float (&acc)[Tiles][4], const SourceA &sourceA,
+                              const SourceB &sourceB, int liveSteps = Steps,
+                              int liveTiles = Tiles) {
 #pragma unroll
   for (int s = 0; s < Steps; ++s) {
     if (s >= liveSteps)
       break;
-    int k = s * 16 + t;
-    uint32_t a[4] = {pairA(g, k), pairA(g + 8, k), pairA(g, k + 8),
-                     pairA(g + 8, k + 8)};
+    uint32_t a[4];
+    fragmentA(a, sourceA, s * 16);
 #pragma unroll
     for (int n = 0; n < Tiles; ++n) {
       if (n >= liveTiles)
         break;
-      uint32_t b[2] = {pairB(k, n * 8 + g), pairB(k + 8, n * 8 + g)};
+      uint32_t b[2];
+      fragmentB(b, sourceB, s * 16, n * 8);
       mma(acc[n], a, b);
     }
   }
@@ -457,19 +523,19 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         return query ? s.lambdaQ(i, d) : s.lambda(i, d);
       };
       zero(acc);
-      warpProduct<PartTiles, KeySteps>(
-          acc,
-          [&](int r, int d) {
-            int i = readRows + r;
-            if constexpr (G != Gate::Vector)
-              return Layout::pair(x, KS, i, d);
-            return pack(Layout::at(x, KS, i, d) * __expf(decay(i, d)),
-                        Layout::at(x, KS, i, d + 1) * __expf(decay(i, d + 1)));
-          },
-          [&](int d, int j) {
-            return Layout::pair(s.stateT, KS, readColumns + j, d);
-          },
-          KeySteps, readTiles);
+      const SharedRows state{s.stateT, KS, readColumns};
+      if constexpr (G == Gate::Vector)
+        warpProduct<PartTiles, KeySteps>(
+            acc,
+            [&](int r, int d) {
+              int i = readRows + r;
+              return pack(Layout::at(x, KS, i, d) * __expf(decay(i, d)),
+                          Layout::at(x, KS, i, d + 1) * __expf(decay(i, d + 1)));
+            },
+            state, KeySteps, readTiles);
+      else
+        warpProduct<PartTiles, KeySteps>(acc, SharedRows{x, KS, readRows},
+                                         state, KeySteps, readTiles);
       for (int n = 0; n < PartTiles; ++n)
         for (int r = 0; r < 4; ++r) {
           float factor = query ? scale : 1.0f;
@@ -515,9 +581,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         const bool strict = !query || Layer::kReadBefore;
         float acc[2][4];
         zero(acc);
-        warpProduct<2, KeySteps>(
-            acc, [&](int r, int d) { return Layout::pair(x, KS, rows + r, d); },
-            [&](int d, int j) { return Layout::pair(s.k, KS, keys + j, d); });
+        warpProduct<2, KeySteps>(acc, SharedRows{x, KS, rows},
+                                 SharedRows{s.k, KS, keys});
         for (int n = 0; n < 2; ++n)
           for (int r = 0; r < 4; ++r) {
             int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
@@ -696,10 +761,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             const float *row = s.p + (readRows + r) * AS + j;
             return pack(row[0], row[1]);
           },
-          [&](int j, int c) {
-            return Layout::pair(s.deltaT, CS, readColumns + c, j);
-          },
-          readRows / 16 + 1, readTiles);
+          SharedRows{s.deltaT, CS, readColumns}, readRows / 16 + 1, readTiles);
       for (int n = 0; n < readTiles; ++n)
         for (int r = 0; r < 4; ++r)
           s.values[(readRows + accRow(r)) * US + readColumns + n * 8 +
@@ -729,19 +791,22 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       float update[HalfTiles][4];
       zero(update);
       constexpr int last = C - 1;
-      warpProduct<HalfTiles, ChunkSteps>(
-          update,
-          [&](int r, int j) {
-            int d = stateRow + r;
-            float end = s.lambda(last, d);
-            return pack(Layout::at(s.k, KS, j, d) * __expf(end - s.lambda(j, d)),
-                        Layout::at(s.k, KS, j + 1, d) *
-                            __expf(end - s.lambda(j + 1, d)));
-          },
-          [&](int j, int c) {
-            return Layout::pair(s.deltaT, CS, columnBase + c, j);
-          },
-          ChunkSteps, tiles);
+      const SharedRows delta{s.deltaT, CS, columnBase};
+      if constexpr (G == Gate::None)
+        warpProduct<HalfTiles, ChunkSteps>(
+            update, SharedColumns{s.k, KS, stateRow}, delta, ChunkSteps, tiles);
+      else
+        warpProduct<HalfTiles, ChunkSteps>(
+            update,
+            [&](int r, int j) {
+              int d = stateRow + r;
+              float end = s.lambda(last, d);
+              return pack(
+                  Layout::at(s.k, KS, j, d) * __expf(end - s.lambda(j, d)),
+                  Layout::at(s.k, KS, j + 1, d) *
+                      __expf(end - s.lambda(j + 1, d)));
+            },
+            delta, ChunkSteps, tiles);
       for (int n = 0; n < tiles; ++n)
         for (int r = 0; r < 4; ++r) {
           int d = stateRow + accRow(r);

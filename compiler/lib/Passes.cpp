@@ -72,7 +72,10 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
   bool erase = form.erase != StrengthKind::None;
   return 2 * c * ks * (erase ? 3 : 2) + 2 * u * ks + 2 * u * cs + 4 * c * us +
          4 * c * as * (erase ? 2 : 1) +
-         4 * c * (form.keyDecay == KeyDecayKind::Vector ? ks : 1) +
+         4 * c *
+             (form.keyDecay == KeyDecayKind::Vector ? ks
+              : form.keyDecay == KeyDecayKind::None ? 1
+                                                    : 2) +
          (state.getNormalized() ? 4 * (state.getKeyDim() + c) : 0);
 }
 

@@ -163,6 +163,11 @@ struct SharedColumns {
   const __nv_bfloat16 *m;
   int stride, first;
 };
+/// SharedColumns with row k of m scaled by rowScales[k] as it is loaded.
+struct ScaledSharedColumns {
+  SharedColumns columns;
+  const float *rowScales;
+};
 
 LINAC_DEVICE uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -202,6 +207,23 @@ LINAC_DEVICE void fragmentA(uint32_t (&a)[4], const SharedColumns &x, int k0) {
                "{%0, %1, %2, %3}, [%4];\n"
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                : "r"(sharedAddress(p)));
+}
+LINAC_DEVICE uint32_t scalePair(uint32_t pair, float low, float high) {
+  __nv_bfloat162 v;
+  memcpy(&v, &pair, sizeof v);
+  float2 x = __bfloat1622float2(v);
+  return pack(x.x * low, x.y * high);
+}
+LINAC_DEVICE void fragmentA(uint32_t (&a)[4], const ScaledSharedColumns &x,
+                            int k0) {
+  fragmentA(a, x.columns, k0);
+  int k = k0 + (laneId() & 3) * 2;
+  float low = x.rowScales[k], high = x.rowScales[k + 1];
+  float low8 = x.rowScales[k + 8], high8 = x.rowScales[k + 9];
+  a[0] = scalePair(a[0], low, high);
+  a[1] = scalePair(a[1], low, high);
+  a[2] = scalePair(a[2], low8, high8);
+  a[3] = scalePair(a[3], low8, high8);
 }
 template <typename PairA>
 LINAC_DEVICE void fragmentA(uint32_t (&a)[4], const PairA &pairA, int k0) {
@@ -287,8 +309,11 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
   static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
   /// With a normaliser, its column of the state and of Delta in fp32.
+  /// A scalar gate keeps, after the cumulative log-gates, each token's
+  /// factor to the chunk's end.
   static constexpr size_t kStateNormalizer =
-      kGates + 4 * C * (kVectorGate ? KS : 1);
+      kGates +
+      4 * C * (kVectorGate ? KS : Layer::kKeyGate == Gate::Scalar ? 2 : 1);
   static constexpr size_t kWeights = kStateNormalizer + 4 * K;
   static constexpr size_t kBytes =
       Layer::kNormalizer ? kWeights + 4 * C : kStateNormalizer;
@@ -499,8 +524,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             inclusive += below;
         }
         float before = inclusive - both;
+        float last = __shfl_sync(0xffffffffu, inclusive, 31);
         s.gates[2 * lane] = before + first;
         s.gates[2 * lane + 1] = inclusive;
+        s.gates[C + 2 * lane] = __expf(last - (before + first));
+        s.gates[C + 2 * lane + 1] = __expf(last - inclusive);
       }
     }
     __syncthreads();
@@ -792,9 +820,14 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       zero(update);
       constexpr int last = C - 1;
       const SharedRows delta{s.deltaT, CS, columnBase};
+      const SharedColumns keys{s.k, KS, stateRow};
       if constexpr (G == Gate::None)
+        warpProduct<HalfTiles, ChunkSteps>(update, keys, delta, ChunkSteps,
+                                           tiles);
+      else if constexpr (G == Gate::Scalar)
         warpProduct<HalfTiles, ChunkSteps>(
-            update, SharedColumns{s.k, KS, stateRow}, delta, ChunkSteps, tiles);
+            update, ScaledSharedColumns{keys, s.gates + C}, delta, ChunkSteps,
+            tiles);
       else
         warpProduct<HalfTiles, ChunkSteps>(
             update,

@@ -158,7 +158,8 @@ struct SharedRows {
   const __nv_bfloat16 *m;
   int stride, first;
 };
-/// The A operand A[r][k] = m[k][first + r]: the reduction down the columns.
+/// A bf16 matrix in shared memory read across its rows: as the A operand
+/// A[r][k] = m[k][first + r], as the B operand B[k][n] = m[k][first + n].
 struct SharedColumns {
   const __nv_bfloat16 *m;
   int stride, first;
@@ -244,6 +245,15 @@ LINAC_DEVICE void fragmentB(uint32_t (&b)[2], const SharedRows &x, int k0,
                : "=r"(b[0]), "=r"(b[1])
                : "r"(sharedAddress(p)));
 }
+LINAC_DEVICE void fragmentB(uint32_t (&b)[2], const SharedColumns &x, int k0,
+                            int n0) {
+  const __nv_bfloat16 *p =
+      x.m + (k0 + laneId() % 16) * x.stride + x.first + n0;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, "
+               "[%2];\n"
+               : "=r"(b[0]), "=r"(b[1])
+               : "r"(sharedAddress(p)));
+}
 template <typename PairB>
 LINAC_DEVICE void fragmentB(uint32_t (&b)[2], const PairB &pairB, int k0,
                             int n0) {
@@ -297,14 +307,14 @@ template <typename Layer> struct ChunkLayout {
   static constexpr int U = V + (Layer::kNormalizer ? 8 : 0);
   static constexpr bool kVectorGate = Layer::kKeyGate == Gate::Vector;
   // Row strides, padded so fragment loads spread over the banks.
-  static constexpr int KS = K + 8, CS = C + 8, US = U + 4, AS = C + 4;
+  static constexpr int KS = K + 8, DS = U + 8, US = U + 4, AS = C + 4;
 
   static constexpr size_t kQ = 0;                               // bf16 C x KS
   static constexpr size_t kK = kQ + 2 * C * KS;                 // bf16 C x KS
   static constexpr size_t kE = kK + 2 * C * KS;                 // bf16 C x KS
   static constexpr size_t kStateT = kE + (Layer::kErase ? 2 * C * KS : 0);
-  static constexpr size_t kDeltaT = kStateT + 2 * U * KS;       // bf16 U x CS
-  static constexpr size_t kValues = kDeltaT + 2 * U * CS;       // f32 C x US
+  static constexpr size_t kDelta = kStateT + 2 * U * KS;        // bf16 C x DS
+  static constexpr size_t kValues = kDelta + 2 * C * DS;        // f32 C x US
   static constexpr size_t kP = kValues + 4 * C * US;            // f32 C x AS
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
   static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
@@ -319,7 +329,7 @@ template <typename Layer> struct ChunkLayout {
       Layer::kNormalizer ? kWeights + 4 * C : kStateNormalizer;
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
-  __nv_bfloat16 *q, *k, *e, *stateT, *deltaT;
+  __nv_bfloat16 *q, *k, *e, *stateT, *delta;
   float *values, *p, *a, *gates, *stateNormalizer, *weights;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
@@ -327,7 +337,7 @@ template <typename Layer> struct ChunkLayout {
         k(reinterpret_cast<__nv_bfloat16 *>(base + kK)),
         e(reinterpret_cast<__nv_bfloat16 *>(base + kE)),
         stateT(reinterpret_cast<__nv_bfloat16 *>(base + kStateT)),
-        deltaT(reinterpret_cast<__nv_bfloat16 *>(base + kDeltaT)),
+        delta(reinterpret_cast<__nv_bfloat16 *>(base + kDelta)),
         values(reinterpret_cast<float *>(base + kValues)),
         p(reinterpret_cast<float *>(base + kP)),
         a(reinterpret_cast<float *>(base + kA)),
@@ -374,7 +384,7 @@ template <typename Layer, typename T>
 LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   using Layout = ChunkLayout<Layer>;
   constexpr int C = Layout::C, K = Layout::K, V = Layout::V, U = Layout::U;
-  constexpr int KS = Layout::KS, CS = Layout::CS, US = Layout::US,
+  constexpr int KS = Layout::KS, DS = Layout::DS, US = Layout::US,
                 AS = Layout::AS;
   constexpr int ValueTiles = U / 8, KeySteps = K / 16, ChunkSteps = C / 16;
   // Each half of the warps takes HalfTiles value tiles (the second half one
@@ -469,13 +479,25 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       if constexpr (G == Gate::Scalar)
         if (laneId() == 0)
           s.gates[i] = floorLogGate(ops.gk);
+      // Without an erase Delta is U, stored as the products read it.
       for (int slot = 0; slot < WarpVec<V>::kSlots; ++slot) {
         int j = WarpVec<V>::index(slot);
-        if (j < V)
+        if (j >= V)
+          continue;
+        if constexpr (kErase)
           s.values[i * US + j] = ops.u.u.x[slot];
+        else
+          s.delta[i * DS + j] = __float2bfloat16(ops.u.u.x[slot]);
       }
-      for (int j = V + laneId(); j < U; j += 32)
-        s.values[i * US + j] = j == V ? ops.u.weight : 0.0f;
+      for (int j = V + laneId(); j < U; j += 32) {
+        float x = j == V ? ops.u.weight : 0.0f;
+        if constexpr (kErase)
+          s.values[i * US + j] = x;
+        else
+          s.delta[i * DS + j] = __float2bfloat16(x);
+      }
+      if (kNormalizer && !kErase && laneId() == 0)
+        s.weights[i] = ops.u.weight;
     }
     __syncthreads();
     if (start + C < end)
@@ -572,15 +594,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
           acc[n][r] *= factor;
         }
     };
-    if constexpr (!kErase) {
-      // Delta is U: every thread copies a share, beside step 4.
-      for (int index = threadIdx.x; index < C * U; index += blockDim.x) {
-        int i = index % C, j = index / C;
-        s.deltaT[j * CS + i] = __float2bfloat16(s.values[i * US + j]);
-        if (kNormalizer && j == V)
-          s.weights[i] = s.values[i * US + j];
-      }
-    } else if (G != Gate::Vector || !reads) {
+    if (kErase && (G != Gate::Vector || !reads)) {
       float fromState[PartTiles][4];
       stateProduct(fromState, s.e, false);
       for (int n = 0; n < readTiles; ++n)
@@ -712,8 +726,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     }
     __syncthreads();
 
-    // 5. Delta = (I + A)^-1 R, bf16 and transposed for the products that
-    // read it (without an erase, copied in step 3): in place of R in a
+    // 5. Delta = (I + A)^-1 R, in bf16 for the products that read it
+    // (without an erase, the prologue stored U there): in place of R in a
     // wavefront over blocks of 16 rows. Group g of 128 threads holds rows
     // 16g..16g+15 of a column a thread; at step t every group from t on
     // subtracts what block t - 1 (solved at step t - 1) gives its rows, and
@@ -765,7 +779,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             }
 #pragma unroll
             for (int i = 0; i < Rows; ++i) {
-              s.deltaT[j * CS + rows + i] = __float2bfloat16(r[i]);
+              s.delta[(rows + i) * DS + j] = __float2bfloat16(r[i]);
               if (kNormalizer && j == V)
                 s.weights[rows + i] = r[i];
             }
@@ -789,7 +803,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             const float *row = s.p + (readRows + r) * AS + j;
             return pack(row[0], row[1]);
           },
-          SharedRows{s.deltaT, CS, readColumns}, readRows / 16 + 1, readTiles);
+          SharedColumns{s.delta, DS, readColumns}, readRows / 16 + 1, readTiles);
       for (int n = 0; n < readTiles; ++n)
         for (int r = 0; r < 4; ++r)
           s.values[(readRows + accRow(r)) * US + readColumns + n * 8 +
@@ -833,7 +847,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       float update[HalfTiles][4];
       zero(update);
       constexpr int last = C - 1;
-      const SharedRows delta{s.deltaT, CS, columnBase};
+      const SharedColumns delta{s.delta, DS, columnBase};
       const SharedColumns keys{s.k, KS, stateRow};
       if constexpr (G == Gate::None)
         warpProduct<HalfTiles, ChunkSteps>(update, keys, delta, ChunkSteps,

@@ -62,19 +62,24 @@ template <typename Layer, typename T> struct StagedInputs {
     return int((Layer::inputSize(i) + 31) / 32);
   }
   /// Where each input's slots start: a table, so that an index known only
-  /// after inlining folds.
+  /// after inlining folds. Inputs of an even number of slots come first,
+  /// so that each starts a register and loads into whole registers.
   struct FirstSlots {
-    int at[Layer::kNumInputs + 1];
-    LINAC_HOST_DEVICE constexpr FirstSlots() : at() {
-      for (int i = 0; i < Layer::kNumInputs; ++i)
-        at[i + 1] = at[i] + slotsOf(i);
+    int at[Layer::kNumInputs], total;
+    LINAC_HOST_DEVICE constexpr FirstSlots() : at(), total(0) {
+      for (int odd = 0; odd < 2; ++odd)
+        for (int i = 0; i < Layer::kNumInputs; ++i)
+          if (slotsOf(i) % 2 == odd) {
+            at[i] = total;
+            total += slotsOf(i);
+          }
     }
   };
   LINAC_HOST_DEVICE static constexpr int firstSlot(int i) {
     constexpr FirstSlots slots{};
     return slots.at[i];
   }
-  static constexpr int kSlots = firstSlot(Layer::kNumInputs);
+  static constexpr int kSlots = FirstSlots{}.total;
   static constexpr auto kInputs = std::make_integer_sequence<int, Layer::kNumInputs>{};
 
   static_assert(sizeof(T) == 2, "chunkwise kernels take 16-bit activations");
@@ -96,10 +101,21 @@ template <typename Layer, typename T> struct StagedInputs {
         [&](auto input) {
           constexpr int i = decltype(input)::value;
           constexpr int first = firstSlot(i), size = int(Layer::inputSize(i));
+          constexpr int slots = slotsOf(i);
           const auto *p = reinterpret_cast<const unsigned short *>(token.input(i));
+          // WarpVec's layout: lane l holds elements l * slots onwards.
+          if constexpr (WarpVec<size>::kRuns)
+            if (isAligned(p, sizeof(Run<uint32_t, slots / 2>))) {
+              auto run = reinterpret_cast<const Run<uint32_t, slots / 2> *>(
+                  p)[laneId()];
 #pragma unroll
-          for (int s = 0; s < slotsOf(i); ++s) {
-            int index = s * 32 + laneId();
+              for (int w = 0; w < slots / 2; ++w)
+                words[first / 2 + w] = run.x[w];
+              return;
+            }
+#pragma unroll
+          for (int s = 0; s < slots; ++s) {
+            int index = laneId() * slots + s;
             uint32_t bits = index < size ? p[index] : 0u;
             words[(first + s) / 2] |= bits << ((first + s) % 2 * 16);
           }
@@ -465,30 +481,21 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         else
           ops.gk = 0.0f;
       }
-      for (int slot = 0; slot < WarpVec<K>::kSlots; ++slot) {
-        int d = WarpVec<K>::index(slot);
-        if (d >= K)
-          continue;
-        s.q[i * KS + d] = __float2bfloat16(ops.q.x[slot]);
-        s.k[i * KS + d] = __float2bfloat16(ops.k.x[slot]);
-        if constexpr (kErase)
-          s.e[i * KS + d] = __float2bfloat16(ops.e.x[slot]);
-        if constexpr (G == Gate::Vector)
-          s.gates[i * KS + d] = floorLogGate(ops.gk.x[slot]);
-      }
+      ops.q.store(s.q + i * KS);
+      ops.k.store(s.k + i * KS);
+      if constexpr (kErase)
+        ops.e.store(s.e + i * KS);
+      if constexpr (G == Gate::Vector)
+        ops.gk.map([](float g) { return floorLogGate(g); })
+            .store(s.gates + i * KS);
       if constexpr (G == Gate::Scalar)
         if (laneId() == 0)
           s.gates[i] = floorLogGate(ops.gk);
       // Without an erase Delta is U, stored as the products read it.
-      for (int slot = 0; slot < WarpVec<V>::kSlots; ++slot) {
-        int j = WarpVec<V>::index(slot);
-        if (j >= V)
-          continue;
-        if constexpr (kErase)
-          s.values[i * US + j] = ops.u.u.x[slot];
-        else
-          s.delta[i * DS + j] = __float2bfloat16(ops.u.u.x[slot]);
-      }
+      if constexpr (kErase)
+        ops.u.u.store(s.values + i * US);
+      else
+        ops.u.u.store(s.delta + i * DS);
       for (int j = V + laneId(); j < U; j += 32) {
         float x = j == V ? ops.u.weight : 0.0f;
         if constexpr (kErase)

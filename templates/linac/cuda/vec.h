@@ -1,8 +1,9 @@
 //===- vec.h - value types for generated CUDA layers ------------*- C++ -*-===//
 //
 // The chunkwise kernels run a token's prologue and epilogue on one warp:
-// WarpVec<N> spreads a key or value vector over the 32 lanes (lane l holds
-// elements l, l + 32, ...). The recurrent scan gives each thread one column
+// WarpVec<N> spreads a key or value vector over the 32 lanes, each lane a
+// contiguous run (lane l of a vector of 128 holds elements 4l..4l+3), so
+// that rows move in one access a lane. The recurrent scan gives each thread one column
 // of the state: ColumnVec<N> holds that thread's element of a value vector,
 // FullVec<N> a whole key vector (every thread has it), and MatrixColumn the
 // thread's column of a per-token matrix. Each type offers the elementwise
@@ -17,6 +18,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #define LINAC_DEVICE __device__ __forceinline__
@@ -123,11 +126,34 @@ template <int N, typename Vec> LINAC_DEVICE float sumOfSlots(const Vec &v) {
   return s;
 }
 
-/// A vector of N spread over a warp; lanes hold zeros past N.
+/// S elements of type T that move as one access.
+template <typename T, int S> struct alignas(sizeof(T) * S) Run {
+  T x[S];
+};
+
+/// Whether p is aligned to `bytes`.
+template <typename T> LINAC_DEVICE bool isAligned(const T *p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+/// A vector of N spread over a warp, lane l holding elements l * kSlots to
+/// l * kSlots + kSlots - 1; lanes hold zeros past N.
 template <int N> struct WarpVec : Elements<WarpVec<N>, (N + 31) / 32> {
   static constexpr int kSlots = (N + 31) / 32;
-  LINAC_DEVICE static int index(int slot) { return slot * 32 + laneId(); }
+  /// Every lane's run is whole and moves as one access.
+  static constexpr bool kRuns = N == 32 * kSlots && (kSlots == 2 || kSlots == 4);
+  LINAC_DEVICE static int index(int slot) { return laneId() * kSlots + slot; }
   template <typename T> LINAC_DEVICE static WarpVec load(const T *p) {
+    if constexpr (kRuns)
+      if (isAligned(p, sizeof(Run<T, kSlots>))) {
+        Run<T, kSlots> run =
+            reinterpret_cast<const Run<T, kSlots> *>(p)[laneId()];
+        WarpVec v;
+#pragma unroll
+        for (int i = 0; i < kSlots; ++i)
+          v.x[i] = toFloat(run.x[i]);
+        return v;
+      }
     return loadSlots<WarpVec, N>(p);
   }
   template <typename Source,
@@ -136,6 +162,15 @@ template <int N> struct WarpVec : Elements<WarpVec<N>, (N + 31) / 32> {
     return source.template warpVec<N>();
   }
   template <typename T> LINAC_DEVICE void store(T *p) const {
+    if constexpr (kRuns)
+      if (isAligned(p, sizeof(Run<T, kSlots>))) {
+        Run<T, kSlots> run;
+#pragma unroll
+        for (int i = 0; i < kSlots; ++i)
+          run.x[i] = fromFloat<T>(this->x[i]);
+        reinterpret_cast<Run<T, kSlots> *>(p)[laneId()] = run;
+        return;
+      }
     for (int i = 0; i < kSlots; ++i)
       if (index(i) < N)
         p[index(i)] = fromFloat<T>(this->x[i]);

@@ -70,7 +70,8 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
   int64_t u = state.getValueDim() + (state.getNormalized() ? 8 : 0);
   int64_t ks = state.getKeyDim() + 8, ds = u + 8, us = u + 4, as = c + 4;
   bool erase = form.erase != StrengthKind::None;
-  return 2 * c * ks * (erase ? 3 : 2) + 2 * u * ks + 2 * c * ds + 4 * c * us +
+  return 2 * c * ks * (erase ? 3 : 2) + 2 * state.getKeyDim() * ds +
+         2 * c * ds + 4 * c * us +
          4 * c * as * (erase ? 2 : 1) +
          4 * c *
              (form.keyDecay == KeyDecayKind::Vector ? ks

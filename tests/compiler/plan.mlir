@@ -19,7 +19,7 @@
 
 // On GPUs a key-vector gate is handled in sub-chunks of 16.
 // SM90: linac.layer @vector_gate
-// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_size = 64 : i64, decode_block_threads = 512 : i64, decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_state_layout = "key_major", decode_warps = 8 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "heads,sequences", shared_memory = 99840 : i64, subchunk_size = 16 : i64, target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_size = 64 : i64, decode_block_threads = 512 : i64, decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_state_layout = "key_major", decode_warps = 8 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "heads,sequences", shared_memory = 100352 : i64, subchunk_size = 16 : i64, target = "sm_90a"}
 // SM80: linac.layer @vector_gate
 // SM80-SAME: target = "sm_80"
 linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : !key, %b : f32) {

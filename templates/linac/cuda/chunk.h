@@ -3,7 +3,7 @@
 // DESIGN.md section 4 for one (head, sequence) per block of 16 warps, chunk
 // by chunk. Warp w holds the state's value columns of half w / 8 in the role
 // of warp w % 8: in registers in fp32 (role r holds key rows 16r..16r+15),
-// and in shared memory as bf16, transposed, for the products that read it.
+// and in shared memory as bf16 for the products that read it.
 // The other products are spread over all 16 warps. Per chunk:
 //   1. each warp runs the generated prologue on its tokens;
 //   2. cumulative log-gates over the chunk;
@@ -328,8 +328,8 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kQ = 0;                               // bf16 C x KS
   static constexpr size_t kK = kQ + 2 * C * KS;                 // bf16 C x KS
   static constexpr size_t kE = kK + 2 * C * KS;                 // bf16 C x KS
-  static constexpr size_t kStateT = kE + (Layer::kErase ? 2 * C * KS : 0);
-  static constexpr size_t kDelta = kStateT + 2 * U * KS;        // bf16 C x DS
+  static constexpr size_t kState = kE + (Layer::kErase ? 2 * C * KS : 0);
+  static constexpr size_t kDelta = kState + 2 * K * DS;         // bf16 C x DS
   static constexpr size_t kValues = kDelta + 2 * C * DS;        // f32 C x US
   static constexpr size_t kP = kValues + 4 * C * US;            // f32 C x AS
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
@@ -345,14 +345,14 @@ template <typename Layer> struct ChunkLayout {
       Layer::kNormalizer ? kWeights + 4 * C : kStateNormalizer;
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
-  __nv_bfloat16 *q, *k, *e, *stateT, *delta;
+  __nv_bfloat16 *q, *k, *e, *state, *delta;
   float *values, *p, *a, *gates, *stateNormalizer, *weights;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
       : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
         k(reinterpret_cast<__nv_bfloat16 *>(base + kK)),
         e(reinterpret_cast<__nv_bfloat16 *>(base + kE)),
-        stateT(reinterpret_cast<__nv_bfloat16 *>(base + kStateT)),
+        state(reinterpret_cast<__nv_bfloat16 *>(base + kState)),
         delta(reinterpret_cast<__nv_bfloat16 *>(base + kDelta)),
         values(reinterpret_cast<float *>(base + kValues)),
         p(reinterpret_cast<float *>(base + kP)),
@@ -443,12 +443,15 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
                         ? args.initial_state[stateOffset + row * Columns + col]
                         : 0.0f;
     }
+  // Accumulators r and r + 1 are neighbouring columns of one row: a pair
+  // a store.
   auto publishState = [&] {
     if (stateWarp)
       for (int n = 0; n < tiles; ++n)
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < 4; r += 2) {
           int row = stateRow + accRow(r), col = columnBase + n * 8 + accCol(r);
-          s.stateT[col * KS + row] = __float2bfloat16(state[n][r]);
+          *reinterpret_cast<uint32_t *>(s.state + row * DS + col) =
+              pack(state[n][r], state[n][r + 1]);
           if (kNormalizer && col == V)
             s.stateNormalizer[row] = state[n][r];
         }
@@ -580,7 +583,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         return query ? s.lambdaQ(i, d) : s.lambda(i, d);
       };
       zero(acc);
-      const SharedRows state{s.stateT, KS, readColumns};
+      const SharedColumns state{s.state, DS, readColumns};
       if constexpr (G == Gate::Vector)
         warpProduct<PartTiles, KeySteps>(
             acc,

@@ -374,10 +374,6 @@ template <typename Layer> struct ChunkLayout {
   LINAC_DEVICE float lambdaQ(int i, int d) const {
     return lambda(Layer::kReadBefore ? i - 1 : i, d);
   }
-  LINAC_DEVICE static uint32_t pair(const __nv_bfloat16 *m, int stride, int row,
-                                    int col) {
-    return *reinterpret_cast<const uint32_t *>(m + row * stride + col);
-  }
   LINAC_DEVICE static float at(const __nv_bfloat16 *m, int stride, int row,
                                int col) {
     return __bfloat162float(m[row * stride + col]);

@@ -5,7 +5,8 @@
 // Runs each package on the GPU over the cases below on fresh random inputs,
 // outputs poisoned with NaN first, and compares outputs and final states
 // with the fp64 reference: relative error at most 1e-2 for bf16 and fp16
-// inputs, 1e-4 for fp32, every element written and finite. Then decode in
+// inputs, 1e-4 for fp32, every element written and finite; one case puts
+// every argument and the output one element off alignment. Then decode in
 // bf16 and fp32: steps of 1 and 8 tokens on a state pool (two sequences
 // skipped, slots out of order) against the reference, and a prefill
 // followed by a decode step against one prefill of all the tokens. With --bench it
@@ -39,6 +40,7 @@ using namespace linac::harness;
 using linac::bench::bytesOf;
 using linac::bench::DeviceBuffer;
 using linac::bench::decodeFrom;
+using linac::bench::elementSize;
 using linac::bench::encodeAs;
 
 namespace {
@@ -64,17 +66,34 @@ RoundFn roundingOf(DType dtype) {
                                    : nullptr;
 }
 
+/// `bytes` on the device, one element past the start of their buffer when
+/// `misaligned`: aligned to the element only, as the runtime allows, so
+/// that kernels take their element-at-a-time paths.
+struct ShiftedBuffer {
+  std::unique_ptr<DeviceBuffer> buffer;
+  void *data;
+
+  ShiftedBuffer(std::vector<char> bytes, size_t elementBytes, bool misaligned) {
+    if (misaligned)
+      bytes.insert(bytes.begin(), elementBytes, 0);
+    buffer = std::make_unique<DeviceBuffer>(bytes);
+    data = static_cast<char *>(buffer->data()) + (misaligned ? elementBytes : 0);
+  }
+};
+
 /// A problem's arguments in device memory: activations in `dtype`,
 /// parameters in float32.
 struct DeviceArguments {
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  std::vector<ShiftedBuffer> buffers;
   std::map<std::string, DeviceTensor> tensors;
 
-  DeviceArguments(const std::map<std::string, Argument> &arguments, DType dtype) {
+  DeviceArguments(const std::map<std::string, Argument> &arguments, DType dtype,
+                  bool misaligned = false) {
     for (const auto &[name, argument] : arguments) {
-      buffers.push_back(std::make_unique<DeviceBuffer>(
-          encodeAs(argument.values, argument.param ? DType::Float32 : dtype)));
-      tensors[name] = {buffers.back()->data(), argument.shape};
+      DType type = argument.param ? DType::Float32 : dtype;
+      buffers.emplace_back(encodeAs(argument.values, type), elementSize(type),
+                           misaligned);
+      tensors[name] = {buffers.back().data, argument.shape};
     }
   }
 };
@@ -86,8 +105,8 @@ forwardOnDevice(const Package &package,
                 const std::map<std::string, Argument> &arguments,
                 const std::vector<int64_t> &cuSeqlens,
                 const std::vector<float> &initialState, size_t outputSize,
-                size_t stateSize, DType dtype) {
-  DeviceArguments device(arguments, dtype);
+                size_t stateSize, DType dtype, bool misaligned = false) {
+  DeviceArguments device(arguments, dtype, misaligned);
   DeviceForwardRequest request;
   request.dtype = dtype;
   request.cuSeqlens = cuSeqlens;
@@ -97,14 +116,16 @@ forwardOnDevice(const Package &package,
     initial = std::make_unique<DeviceBuffer>(encodeAs(initialState, DType::Float32));
     request.initialState = static_cast<const float *>(initial->data());
   }
-  DeviceBuffer output(nanBytes(outputSize, dtype));
+  ShiftedBuffer output(nanBytes(outputSize, dtype), elementSize(dtype),
+                       misaligned);
   DeviceBuffer finalState(nanBytes(stateSize, DType::Float32));
-  request.output = output.data();
+  request.output = output.data;
   request.finalState = static_cast<float *>(finalState.data());
   package.forwardDevice(request);
   check(cudaDeviceSynchronize(), "the forward pass");
-  return {decodeFrom(output.download(), dtype),
-          decodeFrom(finalState.download(), DType::Float32)};
+  std::vector<float> outputs = decodeFrom(output.buffer->download(), dtype);
+  outputs.erase(outputs.begin(), outputs.begin() + (misaligned ? 1 : 0));
+  return {outputs, decodeFrom(finalState.download(), DType::Float32)};
 }
 
 /// A decode step on the device; `pool` is updated in place and the outputs
@@ -134,13 +155,14 @@ std::vector<float> decodeOnDevice(const Package &package,
 }
 
 /// Runs `c` on the device in `dtype` and compares with the reference.
-Outcome runCase(const Package &package, const Case &c, DType dtype) {
+Outcome runCase(const Package &package, const Case &c, DType dtype,
+                bool misaligned) {
   Dims dims{int(package.keyDim()), int(package.valueDim())};
   Problem problem = makeProblem(package, dims, c, roundingOf(dtype));
   auto [output, finalState] =
       forwardOnDevice(package, problem.arguments, c.cuSeqlens,
                       problem.initialState, problem.outputSize,
-                      problem.stateSize, dtype);
+                      problem.stateSize, dtype, misaligned);
   return compare(problem, output, finalState);
 }
 
@@ -258,6 +280,7 @@ struct NamedCase {
   const char *name;
   Case c;
   DType dtype;
+  bool misaligned = false;
 };
 
 std::vector<NamedCase> cases() {
@@ -284,6 +307,8 @@ std::vector<NamedCase> cases() {
     c.gates = GateRange::Zero;
   });
   add("fp16", DType::Float16, [](Case &c) { c.tokens = 130; });
+  add("misaligned", DType::BFloat16, [](Case &c) { c.tokens = 130; });
+  all.back().misaligned = true;
   add("fp32", DType::Float32, [](Case &c) { c.tokens = 130; });
   return all;
 }
@@ -337,7 +362,8 @@ int main(int argc, char **argv) {
     std::vector<Check> checks;
     for (const NamedCase &named : cases())
       checks.push_back({named.name, named.dtype, [&package, named] {
-                          return runCase(package, named.c, named.dtype);
+                          return runCase(package, named.c, named.dtype,
+                                         named.misaligned);
                         }});
     for (DType dtype : {DType::BFloat16, DType::Float32}) {
       for (int64_t tokens : {1, 8})

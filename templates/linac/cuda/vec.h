@@ -3,8 +3,8 @@
 // The chunkwise kernels run a token's prologue and epilogue on one warp:
 // WarpVec<N> spreads a key or value vector over the 32 lanes, each lane a
 // contiguous run (lane l of a vector of 128 holds elements 4l..4l+3), so
-// that rows move in one access a lane. The recurrent scan gives each thread one column
-// of the state: ColumnVec<N> holds that thread's element of a value vector,
+// that rows move in one access a lane. The recurrent scan gives each
+// thread one column of the state: ColumnVec<N> holds that thread's element of a value vector,
 // FullVec<N> a whole key vector (every thread has it), and MatrixColumn the
 // thread's column of a per-token matrix. Each type offers the elementwise
 // functions the dialect's arith, math and helper ops lower to, with the

@@ -77,7 +77,8 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
              (form.keyDecay == KeyDecayKind::Vector ? ks
               : form.keyDecay == KeyDecayKind::None ? 1
                                                     : 2) +
-         (state.getNormalized() ? 4 * (state.getKeyDim() + c) : 0);
+         (state.getNormalized() ? 4 * (state.getKeyDim() + c) : 0) +
+         (erase ? 4 * c * 20 : 0);
 }
 
 /// How a decode group splits a state (DecodeSplit and DecodeState in

@@ -9,7 +9,8 @@
 //   2. cumulative log-gates over the chunk;
 //   3. R = U - (E (.) Lambda) S0;
 //   4. the masked intra-chunk matrices P (query-key) and A (erase-key);
-//   5. Delta = (I + A)^-1 R by blocked forward substitution;
+//   5. Delta = (I + A)^-1 R by blocks, through the diagonal blocks'
+//      inverses, on tensor cores;
 //   6. O = (Q (.) Lambda) S0 + P Delta and
 //      S <- Lambda_C (.) S + (K (.) Lambda_C / Lambda)^T Delta;
 //   7. each warp normalises its tokens' reads and runs the generated epilogue.
@@ -306,6 +307,41 @@ LINAC_DEVICE void warpProduct(float (&acc)[Tiles][4], const SourceA &sourceA,
   }
 }
 
+/// fp32 tiles on tensor cores as tf32 (mma.sync m16n8k8), rounded to
+/// nearest.
+LINAC_DEVICE uint32_t tf32(float x) {
+  uint32_t bits;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(x));
+  return bits;
+}
+
+/// acc += sign A B for A (16 x 8 steps) and B (8 steps x 8), both fp32 and
+/// row-major in shared memory; at most MaxSteps steps.
+template <int MaxSteps>
+LINAC_DEVICE void tf32Product(float (&acc)[4], const float *a, int aStride,
+                              const float *b, int bStride, int steps,
+                              float sign) {
+  const int g = laneId() >> 2, t = laneId() & 3;
+#pragma unroll
+  for (int s = 0; s < MaxSteps; ++s) {
+    if (s >= steps)
+      break;
+    const int k = s * 8;
+    uint32_t fa[4] = {tf32(sign * a[g * aStride + k + t]),
+                      tf32(sign * a[(g + 8) * aStride + k + t]),
+                      tf32(sign * a[g * aStride + k + t + 4]),
+                      tf32(sign * a[(g + 8) * aStride + k + t + 4])};
+    uint32_t fb[2] = {tf32(b[(k + t) * bStride + g]),
+                      tf32(b[(k + t + 4) * bStride + g])};
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[0]),
+                   "r"(fb[1]));
+  }
+}
+
 template <int Tiles> LINAC_DEVICE void zero(float (&acc)[Tiles][4]) {
 #pragma unroll
   for (int n = 0; n < Tiles; ++n)
@@ -324,6 +360,8 @@ template <typename Layer> struct ChunkLayout {
   static constexpr bool kVectorGate = Layer::kKeyGate == Gate::Vector;
   // Row strides, padded so fragment loads spread over the banks.
   static constexpr int KS = K + 8, DS = U + 8, US = U + 4, AS = C + 4;
+  /// Row stride of the inverses of the erase's 16 x 16 diagonal blocks.
+  static constexpr int IS = 20;
 
   static constexpr size_t kQ = 0;                               // bf16 C x KS
   static constexpr size_t kK = kQ + 2 * C * KS;                 // bf16 C x KS
@@ -342,12 +380,13 @@ template <typename Layer> struct ChunkLayout {
       kGates +
       4 * C * (kVectorGate ? KS : Layer::kKeyGate == Gate::Scalar ? 2 : 1);
   static constexpr size_t kWeights = kStateNormalizer + 4 * K;
-  static constexpr size_t kBytes =
+  static constexpr size_t kInverses =
       Layer::kNormalizer ? kWeights + 4 * C : kStateNormalizer;
+  static constexpr size_t kBytes = kInverses + (Layer::kErase ? 4 * C * IS : 0);
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *state, *delta;
-  float *values, *p, *a, *gates, *stateNormalizer, *weights;
+  float *values, *p, *a, *gates, *stateNormalizer, *weights, *inverses;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
       : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
@@ -360,7 +399,8 @@ template <typename Layer> struct ChunkLayout {
         a(reinterpret_cast<float *>(base + kA)),
         gates(reinterpret_cast<float *>(base + kGates)),
         stateNormalizer(reinterpret_cast<float *>(base + kStateNormalizer)),
-        weights(reinterpret_cast<float *>(base + kWeights)) {}
+        weights(reinterpret_cast<float *>(base + kWeights)),
+        inverses(reinterpret_cast<float *>(base + kInverses)) {}
 
   /// Cumulative key-side log-gate of token i at channel d (any d for a
   /// scalar gate); 0 before the chunk and without a gate.
@@ -733,67 +773,67 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     }
     __syncthreads();
 
-    // 5. Delta = (I + A)^-1 R, in bf16 for the products that read it
-    // (without an erase, the prologue stored U there): in place of R in a
-    // wavefront over blocks of 16 rows. Group g of 128 threads holds rows
-    // 16g..16g+15 of a column a thread; at step t every group from t on
-    // subtracts what block t - 1 (solved at step t - 1) gives its rows, and
-    // group t then solves its own block.
+    // 5. Delta = (I + A)^-1 R by blocks of 16 rows on tensor cores, in
+    // tf32 since each block feeds the next: first the inverses T_b of the
+    // diagonal blocks of I + A, all at once; then for each block t in turn
+    // Delta_t = T_t (R_t - A_t,<t Delta_<t), every warp on its value tiles.
+    // Delta goes to `values` in fp32 (the next blocks read it) and to
+    // `delta` in bf16 (the products of step 6).
     if constexpr (kErase) {
-      constexpr int Rows = 16, Groups = C / Rows;
-      constexpr int GroupThreads = kChunkWarps * 32 / Groups;
-      const int group = threadIdx.x / GroupThreads;
-      const int rows = group * Rows;
-      for (int step = 0; step < Groups; ++step) {
-        for (int j = threadIdx.x % GroupThreads; group >= step && j < U;
-             j += GroupThreads) {
-          float r[Rows];
+      constexpr int Rows = 16, Blocks = C / Rows, IS = Layout::IS;
+      static_assert(Blocks * Rows == 4 * kChunkWarps,
+                    "each warp inverts four columns of a diagonal block");
+      {
+        // Warp w: columns 4(w % 4).. of block w / 4, two a half-warp, lane
+        // i of a half holding row i; forward substitution down the rows.
+        const int b = warpIndex / 4, i = laneId() % 16;
+        const int column = warpIndex % 4 * 4 + laneId() / 16;
+        const float *row = s.a + (b * Rows + i) * AS + b * Rows;
+        float a[Rows];
 #pragma unroll
-          for (int i = 0; i < Rows; ++i)
-            r[i] = s.values[(rows + i) * US + j];
-          if (step > 0) {
-            const int solved = (step - 1) * Rows;
-            float delta[Rows];
+        for (int m = 0; m < Rows; m += 4) {
+          float4 four = *reinterpret_cast<const float4 *>(row + m);
+          a[m] = four.x, a[m + 1] = four.y, a[m + 2] = four.z, a[m + 3] = four.w;
+        }
+        float x0 = i == column ? 1.0f : 0.0f, x1 = i == column + 2 ? 1.0f : 0.0f;
 #pragma unroll
-            for (int m = 0; m < Rows; ++m)
-              delta[m] = s.values[(solved + m) * US + j];
-#pragma unroll
-            for (int i = 0; i < Rows; ++i)
-#pragma unroll
-              for (int m = 0; m < Rows; m += 4) {
-                float4 a = *reinterpret_cast<const float4 *>(
-                    s.a + (rows + i) * AS + solved + m);
-                r[i] -= (a.x * delta[m] + a.y * delta[m + 1]) +
-                        (a.z * delta[m + 2] + a.w * delta[m + 3]);
-              }
+        for (int m = 0; m < Rows - 1; ++m) {
+          float y0 = __shfl_sync(0xffffffffu, x0, m, 16);
+          float y1 = __shfl_sync(0xffffffffu, x1, m, 16);
+          if (i > m) {
+            x0 -= a[m] * y0;
+            x1 -= a[m] * y1;
           }
-          if (group == step) {
-#pragma unroll
-            for (int i = 1; i < Rows; ++i) {
-              // Two partial sums, A's row read four at a time.
-              float partial[2] = {r[i], 0.0f};
-#pragma unroll
-              for (int m = 0; m + 4 <= i; m += 4) {
-                float4 a = *reinterpret_cast<const float4 *>(
-                    s.a + (rows + i) * AS + rows + m);
-                partial[0] -= a.x * r[m] + a.z * r[m + 2];
-                partial[1] -= a.y * r[m + 1] + a.w * r[m + 3];
-              }
-#pragma unroll
-              for (int m = i & ~3; m < i; ++m)
-                partial[m % 2] -= s.a[(rows + i) * AS + rows + m] * r[m];
-              r[i] = partial[0] + partial[1];
-            }
-#pragma unroll
-            for (int i = 0; i < Rows; ++i) {
-              s.delta[(rows + i) * DS + j] = __float2bfloat16(r[i]);
-              if (kNormalizer && j == V)
-                s.weights[rows + i] = r[i];
-            }
+        }
+        s.inverses[(b * Rows + i) * IS + column] = x0;
+        s.inverses[(b * Rows + i) * IS + column + 2] = x1;
+      }
+      __syncthreads();
+      const int g = laneId() >> 2, pair = (laneId() & 3) * 2;
+      for (int t = 0; t < Blocks; ++t) {
+        const int rows = t * Rows;
+        for (int n = warpIndex; n < ValueTiles; n += kChunkWarps) {
+          const int cols = n * 8;
+          float *low = s.values + (rows + g) * US + cols + pair;
+          float *high = low + 8 * US;
+          float y[4] = {low[0], low[1], high[0], high[1]};
+          tf32Product<2 * (Blocks - 1)>(y, s.a + rows * AS, AS,
+                                        s.values + cols, US, 2 * t, -1.0f);
+          // Y where only this warp works, to be read back as a B operand.
+          low[0] = y[0], low[1] = y[1], high[0] = y[2], high[1] = y[3];
+          __syncwarp();
+          float d[4] = {};
+          tf32Product<2>(d, s.inverses + rows * IS, IS,
+                         s.values + rows * US + cols, US, 2, 1.0f);
+          __syncwarp();
+          low[0] = d[0], low[1] = d[1], high[0] = d[2], high[1] = d[3];
+          __nv_bfloat16 *out = s.delta + (rows + g) * DS + cols + pair;
+          *reinterpret_cast<uint32_t *>(out) = pack(d[0], d[1]);
+          *reinterpret_cast<uint32_t *>(out + 8 * DS) = pack(d[2], d[3]);
+          if (kNormalizer && cols + pair == V) {
+            s.weights[rows + g] = d[0];
+            s.weights[rows + g + 8] = d[2];
           }
-#pragma unroll
-          for (int i = 0; i < Rows; ++i)
-            s.values[(rows + i) * US + j] = r[i];
         }
         __syncthreads();
       }

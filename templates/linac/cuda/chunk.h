@@ -462,7 +462,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     next.load(Token<Layer, T>{args, begin + warpIndex, head});
   for (int64_t start = begin; start < end; start += C) {
     const int L = end - start < C ? int(end - start) : C;
-    __syncthreads();
+    // With an erase the prologue writes `values`, which the previous
+    // chunk's epilogue reads; without, nothing it writes is read after the
+    // previous chunk's last barrier.
+    if constexpr (kErase)
+      __syncthreads();
 
     // 1. Prologue: token operands into shared memory, zeros past the end.
     for (int i = warpIndex; i < C; i += kChunkWarps) {
@@ -560,7 +564,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         s.gates[C + 2 * lane + 1] = __expf(last - inclusive);
       }
     }
-    __syncthreads();
+    if constexpr (G != Gate::None)
+      __syncthreads();
 
     // 3. The erase residual R = U - (E (.) Lambda) S0. This and the reads in
     // step 6 take 16 tokens from readRows and the value tiles of one part of

@@ -502,7 +502,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     next.load(Token<Layer, T>{args, begin + warpIndex, head});
   for (int64_t start = begin; start < end; start += C) {
     const int L = end - start < C ? int(end - start) : C;
-    __syncthreads();
+    // With an erase the prologue writes `values`, which the previous
+    // chunk's epilogue reads; without, nothing it writes is read after the
+    // previous chunk's last barrier.
+    if constexpr (kErase)
+      __syncthreads();
 
     // 1. Prologue: token operands into shared memory, zeros past the end.
     for (int i = warpIndex; i < C; i += kChunkWarps) {
@@ -600,7 +604,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         s.gates[C + 2 * lane + 1] = __expf(last - inclusive);
       }
     }
-    __syncthreads();
+    if constexpr (G != Gate::None)
+      __syncthreads();
 
     // 3. The erase residual R = U - (E (.) Lambda) S0. This and the reads in
     // step 6 take 16 tokens from readRows and the value tiles of one part of
@@ -725,16 +730,16 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
               n < liveTiles ? acc[n][r] * (firstHalf ? scale : 1.0f) : 0.0f;
         }
     } else if (!queryWarp) {
-      // The diagonal sub-chunk of role w - 4: each lane takes whole pairs
-      // (i, j <= i) of its triangle, the key channels four at a time, so no
-      // pair needs a reduction across lanes; the two halves of the warps
-      // take alternate runs of 32 pairs.
-      constexpr int kPairs = 16 * 17 / 2;
+      // The diagonal sub-chunk of role w - 4, by halves of 8 tokens. A pair
+      // (i, j <= i) inside a half is taken whole by a lane, the key channels
+      // four at a time, so that no pair needs a reduction across lanes: the
+      // second half of the warps takes the first 64 of those 72 pairs, the
+      // first half the last 8 and the pairs across the halves, a product
+      // factorised through the log-gate at the end of the first half (both
+      // factors at most 1), P's rows and A's rows the two halves of a tile.
+      constexpr int kHalfPairs = 8 * 9 / 2;
       const int half = warpIndex / 8;
-      for (int pair = laneId() + 32 * half; pair < kPairs; pair += 64) {
-        int ii = int((sqrtf(8.0f * pair + 1.0f) - 1.0f) * 0.5f);
-        ii += (ii + 1) * (ii + 2) / 2 <= pair;
-        int i = rowBase + ii, j = rowBase + pair - ii * (ii + 1) / 2;
+      auto pairwise = [&](int i, int j) {
         float pSum = 0.0f, aSum = 0.0f;
         for (int d = 0; d < K; d += 4) {
           float4 li = *reinterpret_cast<const float4 *>(s.gates + i * KS + d);
@@ -761,6 +766,49 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         s.p[i * AS + j] = !Layer::kReadBefore || j < i ? pSum * scale : 0.0f;
         if constexpr (kErase)
           s.a[i * AS + j] = j < i ? aSum : 0.0f;
+      };
+      for (int pair = laneId() + (half ? 0 : 64);
+           pair < (half ? 64 : 2 * kHalfPairs); pair += 32) {
+        const int first = rowBase + pair / kHalfPairs * 8,
+                  t = pair % kHalfPairs;
+        int ii = int((sqrtf(8.0f * t + 1.0f) - 1.0f) * 0.5f);
+        ii += (ii + 1) * (ii + 2) / 2 <= t;
+        pairwise(first + ii, first + t - ii * (ii + 1) / 2);
+      }
+      if (half == 0) {
+        const int ref = rowBase + 7;
+        float acc[1][4];
+        zero(acc);
+        warpProduct<1, KeySteps>(
+            acc,
+            [&](int r, int d) {
+              const int i = rowBase + 8 + r % 8;
+              const bool query = r < 8;
+              if (!kErase && !query)
+                return 0u;
+              auto factor = [&](int c) {
+                return __expf((query ? s.lambdaQ(i, c) : s.lambda(i, c)) -
+                              s.lambda(ref, c));
+              };
+              const __nv_bfloat16 *x = query ? s.q : s.e;
+              return pack(Layout::at(x, KS, i, d) * factor(d),
+                          Layout::at(x, KS, i, d + 1) * factor(d + 1));
+            },
+            [&](int d, int j) {
+              const int key = rowBase + j;
+              return pack(Layout::at(s.k, KS, key, d) *
+                              __expf(s.lambda(ref, d) - s.lambda(key, d)),
+                          Layout::at(s.k, KS, key, d + 1) *
+                              __expf(s.lambda(ref, d + 1) - s.lambda(key, d + 1)));
+            });
+        for (int r = 0; r < 4; ++r) {
+          const int row = accRow(r), i = rowBase + 8 + row % 8,
+                    j = rowBase + accCol(r);
+          if (row < 8)
+            s.p[i * AS + j] = acc[0][r] * scale;
+          else if constexpr (kErase)
+            s.a[i * AS + j] = acc[0][r];
+        }
       }
       for (int index = laneId() + 32 * half; index < 256; index += 64) {
         int i = rowBase + index / 16, j = rowBase + index % 16;

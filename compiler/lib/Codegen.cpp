@@ -477,15 +477,28 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
   StringRef gate = decay == KeyDecayKind::None     ? "None"
                    : decay == KeyDecayKind::Vector ? "Vector"
                                                    : "Scalar";
+  // Which inputs the chunkwise kernel stages in shared memory (the plan's
+  // shared_inputs), as one flag an input.
+  auto plan = layer->getAttrOfType<DictionaryAttr>(kPlanAttr);
+  auto sharedList = plan.getAs<DenseI64ArrayAttr>("shared_inputs");
+  std::string sharedFlags;
+  for (int64_t i = 0, e = layer.getInputs().size(); i < e; ++i)
+    sharedFlags += fmt::format(
+        "{}{}", i ? ", " : "",
+        sharedList && llvm::is_contained(sharedList.asArrayRef(), i) ? "true"
+                                                                     : "false");
   std::string out =
       header(layer, "linac/cuda/layer.h") +
       "namespace {\nusing namespace linac::cuda;\n\n"
       "struct Layer {\n" +
       emitter.constants(fmt::format(
           "  static constexpr Gate kKeyGate = Gate::{};\n"
-          "  static constexpr int kDecodeWarps = {}, kDecodeStages = {};\n",
+          "  static constexpr int kDecodeWarps = {}, kDecodeStages = {};\n"
+          "  LINAC_HOST_DEVICE static constexpr bool sharedInput(int i) {{\n"
+          "    constexpr bool shared[] = {{{}}};\n    return shared[i];\n  }}\n",
           gate.str(), planInteger(layer, "decode_warps"),
-          planInteger(layer, "decode_stages")));
+          planInteger(layer, "decode_stages"),
+          sharedFlags.empty() ? "false" : sharedFlags));
   // The functions run by the chunkwise kernels and by the scan, each set in
   // a struct nested in Layer.
   auto nested = [](StringRef name, const std::string &functions) {

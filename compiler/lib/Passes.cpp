@@ -81,6 +81,24 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
          (erase ? 4 * c * 20 : 0);
 }
 
+/// Inputs the chunkwise kernel copies into shared memory a chunk ahead
+/// (SharedInputRows in templates/linac/cuda/chunk.h): those whose token rows
+/// of 16-bit activations are whole 16-byte runs, in order, while `room`
+/// bytes last. Adds their bytes to `bytes`; the rest stay in registers.
+SmallVector<int64_t> sharedInputs(LayerOp layer, int64_t chunkSize,
+                                  int64_t room, int64_t &bytes) {
+  SmallVector<int64_t> shared;
+  for (auto [index, input] : llvm::enumerate(layer.getInputs())) {
+    auto tensor = dyn_cast<RankedTensorType>(input.getType());
+    int64_t rowBytes = 2 * (tensor ? tensor.getNumElements() : 1);
+    if (rowBytes % 16 || bytes + chunkSize * rowBytes > room)
+      continue;
+    shared.push_back(index);
+    bytes += chunkSize * rowBytes;
+  }
+  return shared;
+}
+
 /// How a decode group splits a state (DecodeSplit and DecodeState in
 /// templates/linac/cuda/decode.h): each row lane holds a block of rows.
 struct DecodeBlocks {
@@ -199,6 +217,13 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
                                         ? "chunkwise"
                                         : "delta_chunkwise"));
       add("chunk_size", b.getI64IntegerAttr(kChunkSize));
+      if (gpu) {
+        // A chunk's inputs go to shared memory by asynchronous copies while
+        // the previous chunk computes, as far as the working set leaves room.
+        SmallVector<int64_t> shared = sharedInputs(
+            layer, kChunkSize, sharedMemoryLimit(target), sharedBytes);
+        add("shared_inputs", b.getDenseI64ArrayAttr(shared));
+      }
       // A scalar log-gate difference is safe to exponentiate on the whole
       // tile; per-channel gates need per-pair differences (the CPU) or
       // sub-chunks with a local reference point (GPUs).

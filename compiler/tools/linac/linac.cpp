@@ -264,6 +264,8 @@ static llvm::json::Value toJson(Attribute attr) {
     return boolean.getValue();
   if (auto integer = dyn_cast<IntegerAttr>(attr))
     return integer.getInt();
+  if (auto integers = dyn_cast<DenseI64ArrayAttr>(attr))
+    return llvm::json::Array(integers.asArrayRef());
   return nullptr;
 }
 

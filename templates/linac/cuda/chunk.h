@@ -55,12 +55,83 @@ template <int K, int V, Gate G> struct ChunkOperands {
   NormalizedValue<V> u;
 };
 
-/// A token's inputs, each lane holding its run of each (WarpVec's layout):
-/// loaded a token ahead of the prologue that reads them, so that a warp's memory latency
-/// overlaps its previous token's work.
+/// The inputs the plan stages in shared memory (Layer::sharedInput: rows of
+/// whole 16-byte runs of 16-bit activations), each input's C token rows
+/// together. Each warp copies the rows of the tokens its prologue takes,
+/// asynchronously, as soon as its prologue has read the previous chunk's,
+/// so the copies overlap the rest of that chunk.
+template <typename Layer> struct SharedInputRows {
+  static constexpr int C = Layer::kChunkSize;
+  LINAC_HOST_DEVICE static constexpr int rowBytes(int i) {
+    return Layer::sharedInput(i) ? int(2 * Layer::inputSize(i)) : 0;
+  }
+  /// Where each input's rows start: a table, so that an index known only
+  /// after inlining folds.
+  struct Offsets {
+    int at[Layer::kNumInputs + 1];
+    LINAC_HOST_DEVICE constexpr Offsets() : at() {
+      for (int i = 0; i < Layer::kNumInputs; ++i)
+        at[i + 1] = at[i] + C * rowBytes(i);
+    }
+  };
+  LINAC_HOST_DEVICE static constexpr int offset(int i) {
+    constexpr Offsets offsets{};
+    return offsets.at[i];
+  }
+  static constexpr int kBytes = offset(Layer::kNumInputs);
+
+  /// Starts the copies of warp `warp`'s tokens of the chunk of `length`
+  /// tokens from `start` into `rows`.
+  template <typename T>
+  LINAC_DEVICE static void copy(const linac_cuda_forward_args &args,
+                                int64_t start, int length, int head, int warp,
+                                char *rows) {
+    forEachIndex(
+        [&](auto input) {
+          constexpr int i = decltype(input)::value;
+          if constexpr (Layer::sharedInput(i)) {
+            static_assert(rowBytes(i) % 16 == 0, "rows of whole 16-byte runs");
+            constexpr int pieces = rowBytes(i) / 16;
+            // Rows move in 16-byte pieces when the input is 16-byte aligned
+            // (then so is every row), else 16 bits at a time.
+            const bool aligned = isAligned(args.inputs[i], 16);
+            for (int f = laneId(); f < C / kChunkWarps * pieces; f += 32) {
+              const int row = warp + f / pieces * kChunkWarps;
+              if (row >= length)
+                break;
+              const char *from = reinterpret_cast<const char *>(
+                                     Token<Layer, T>{args, start + row, head}.input(i)) +
+                                 f % pieces * 16;
+              char *to = rows + offset(i) + row * rowBytes(i) + f % pieces * 16;
+              if (aligned) {
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                                 static_cast<uint32_t>(__cvta_generic_to_shared(to))),
+                             "l"(from));
+              } else {
+                for (int b = 0; b < 16; b += 2)
+                  *reinterpret_cast<unsigned short *>(to + b) =
+                      *reinterpret_cast<const unsigned short *>(from + b);
+              }
+            }
+          }
+        },
+        std::make_integer_sequence<int, Layer::kNumInputs>{});
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  /// Waits for this warp's copies; the warp's lanes then read each other's.
+  LINAC_DEVICE static void wait() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncwarp();
+  }
+};
+
+/// A token's inputs that stay in registers (those not in SharedInputRows),
+/// each lane holding its run of each (WarpVec's layout): loaded a token ahead
+/// of the prologue that reads them, so that a warp's memory latency overlaps
+/// its previous token's work.
 template <typename Layer, typename T> struct StagedInputs {
   LINAC_HOST_DEVICE static constexpr int slotsOf(int i) {
-    return int((Layer::inputSize(i) + 31) / 32);
+    return Layer::sharedInput(i) ? 0 : int((Layer::inputSize(i) + 31) / 32);
   }
   /// Where each input's slots start: a table, so that an index known only
   /// after inlining folds. Inputs of an even number of slots come first,
@@ -101,38 +172,53 @@ template <typename Layer, typename T> struct StagedInputs {
     forEachIndex(
         [&](auto input) {
           constexpr int i = decltype(input)::value;
-          constexpr int first = firstSlot(i), size = int(Layer::inputSize(i));
-          constexpr int slots = slotsOf(i);
-          const auto *p = reinterpret_cast<const unsigned short *>(token.input(i));
-          // WarpVec's layout: lane l holds elements l * slots onwards.
-          if constexpr (WarpVec<size>::kRuns)
-            if (isAligned(p, sizeof(Run<uint32_t, slots / 2>))) {
-              auto run = reinterpret_cast<const Run<uint32_t, slots / 2> *>(
-                  p)[laneId()];
-#pragma unroll
-              for (int w = 0; w < slots / 2; ++w)
-                words[first / 2 + w] = run.x[w];
-              return;
-            }
-#pragma unroll
-          for (int s = 0; s < slots; ++s) {
-            int index = laneId() * slots + s;
-            uint32_t bits = index < size ? p[index] : 0u;
-            words[(first + s) / 2] |= bits << ((first + s) % 2 * 16);
-          }
+          if constexpr (slotsOf(i) > 0)
+            loadInput<i>(token);
         },
         kInputs);
   }
+
+private:
+  template <int i> LINAC_DEVICE void loadInput(const Token<Layer, T> &token) {
+    constexpr int first = firstSlot(i), size = int(Layer::inputSize(i));
+    constexpr int slots = slotsOf(i);
+    const auto *p = reinterpret_cast<const unsigned short *>(token.input(i));
+    // WarpVec's layout: lane l holds elements l * slots onwards.
+    if constexpr (WarpVec<size>::kRuns)
+      if (isAligned(p, sizeof(Run<uint32_t, slots / 2>))) {
+        auto run = reinterpret_cast<const Run<uint32_t, slots / 2> *>(p)[laneId()];
+#pragma unroll
+        for (int w = 0; w < slots / 2; ++w)
+          words[first / 2 + w] = run.x[w];
+        return;
+      }
+#pragma unroll
+    for (int s = 0; s < slots; ++s) {
+      int index = laneId() * slots + s;
+      uint32_t bits = index < size ? p[index] : 0u;
+      words[(first + s) / 2] |= bits << ((first + s) % 2 * 16);
+    }
+  }
 };
 
-/// Input i of a staged token, read back in WarpVec's layout, which is the
-/// layout StagedInputs loaded it in.
+/// Input i of a staged token, read back in WarpVec's layout: from its row
+/// in shared memory, or from the registers StagedInputs loaded it into.
 template <typename Layer, typename T> struct StagedInput {
   using Staged = StagedInputs<Layer, T>;
   const Staged &staged;
   int i;
+  /// The token's rows in SharedInputRows.
+  const char *rows;
+  int row;
 
+  LINAC_DEVICE const T *sharedRow() const {
+    using Rows = SharedInputRows<Layer>;
+    return reinterpret_cast<const T *>(rows + Rows::offset(i) +
+                                       row * Rows::rowBytes(i));
+  }
   template <int N> LINAC_DEVICE WarpVec<N> warpVec() const {
+    if (Layer::sharedInput(i))
+      return WarpVec<N>::loadAligned(sharedRow());
     WarpVec<N> v;
 #pragma unroll
     for (int s = 0; s < WarpVec<N>::kSlots; ++s)
@@ -141,15 +227,22 @@ template <typename Layer, typename T> struct StagedInput {
   }
   /// A scalar input is lane 0's first slot.
   LINAC_DEVICE float scalar() const {
+    if (Layer::sharedInput(i))
+      return toFloat(sharedRow()[0]);
     return __shfl_sync(0xffffffffu, staged.at(Staged::firstSlot(i)), 0);
   }
 };
 
-/// A token whose inputs the prologue reads from its warp's registers.
+/// A token whose inputs the prologue reads from shared memory and from its
+/// warp's registers.
 template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
   const StagedInputs<Layer, T> &staged;
+  const char *rows;
+  int row;
   /// The generated prologue passes constant indices, so slots fold.
-  LINAC_DEVICE StagedInput<Layer, T> input(int i) const { return {staged, i}; }
+  LINAC_DEVICE StagedInput<Layer, T> input(int i) const {
+    return {staged, i, rows, row};
+  }
 };
 
 /// Log-gates below this per token are raised to it: every factor spanning
@@ -382,11 +475,14 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kWeights = kStateNormalizer + 4 * K;
   static constexpr size_t kInverses =
       Layer::kNormalizer ? kWeights + 4 * C : kStateNormalizer;
-  static constexpr size_t kBytes = kInverses + (Layer::kErase ? 4 * C * IS : 0);
+  static constexpr size_t kInputRows =                          // SharedInputRows
+      kInverses + (Layer::kErase ? 4 * C * IS : 0);
+  static constexpr size_t kBytes = kInputRows + SharedInputRows<Layer>::kBytes;
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *state, *delta;
   float *values, *p, *a, *gates, *stateNormalizer, *weights, *inverses;
+  char *inputRows;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
       : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
@@ -400,7 +496,8 @@ template <typename Layer> struct ChunkLayout {
         gates(reinterpret_cast<float *>(base + kGates)),
         stateNormalizer(reinterpret_cast<float *>(base + kStateNormalizer)),
         weights(reinterpret_cast<float *>(base + kWeights)),
-        inverses(reinterpret_cast<float *>(base + kInverses)) {}
+        inverses(reinterpret_cast<float *>(base + kInverses)),
+        inputRows(base + kInputRows) {}
 
   /// Cumulative key-side log-gate of token i at channel d (any d for a
   /// scalar gate); 0 before the chunk and without a gate.
@@ -500,8 +597,14 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   StagedInputs<Layer, T> next;
   if (begin + warpIndex < end)
     next.load(Token<Layer, T>{args, begin + warpIndex, head});
+  using Rows = SharedInputRows<Layer>;
+  auto chunkLength = [&](int64_t start) {
+    return end - start < C ? int(end - start) : C;
+  };
+  Rows::template copy<T>(args, begin, chunkLength(begin), head, warpIndex,
+                         s.inputRows);
   for (int64_t start = begin; start < end; start += C) {
-    const int L = end - start < C ? int(end - start) : C;
+    const int L = chunkLength(start);
     // With an erase the prologue writes `values`, which the previous
     // chunk's epilogue reads; without, nothing it writes is read after the
     // previous chunk's last barrier.
@@ -509,6 +612,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       __syncthreads();
 
     // 1. Prologue: token operands into shared memory, zeros past the end.
+    Rows::wait();
     for (int i = warpIndex; i < C; i += kChunkWarps) {
       ChunkOperands<K, V, G> ops;
       if (i < L) {
@@ -516,7 +620,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         if (i + kChunkWarps < L)
           next.load(Token<Layer, T>{args, start + i + kChunkWarps, head});
         Layer::Chunk::prologue(
-            StagedToken<Layer, T>{{args, start + i, head}, current}, ops);
+            StagedToken<Layer, T>{{args, start + i, head}, current, s.inputRows, i},
+            ops);
       } else {
         ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
         ops.u = {WarpVec<V>::splat(0.0f), 0.0f};
@@ -525,21 +630,21 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         else
           ops.gk = 0.0f;
       }
-      ops.q.store(s.q + i * KS);
-      ops.k.store(s.k + i * KS);
+      ops.q.storeAligned(s.q + i * KS);
+      ops.k.storeAligned(s.k + i * KS);
       if constexpr (kErase)
-        ops.e.store(s.e + i * KS);
+        ops.e.storeAligned(s.e + i * KS);
       if constexpr (G == Gate::Vector)
         ops.gk.map([](float g) { return floorLogGate(g); })
-            .store(s.gates + i * KS);
+            .storeAligned(s.gates + i * KS);
       if constexpr (G == Gate::Scalar)
         if (laneId() == 0)
           s.gates[i] = floorLogGate(ops.gk);
       // Without an erase Delta is U, stored as the products read it.
       if constexpr (kErase)
-        ops.u.u.store(s.values + i * US);
+        ops.u.u.storeAligned(s.values + i * US);
       else
-        ops.u.u.store(s.delta + i * DS);
+        ops.u.u.storeAligned(s.delta + i * DS);
       for (int j = V + laneId(); j < U; j += 32) {
         float x = j == V ? ops.u.weight : 0.0f;
         if constexpr (kErase)
@@ -550,11 +655,15 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       if (kNormalizer && !kErase && laneId() == 0)
         s.weights[i] = ops.u.weight;
     }
+    // This warp's rows are read: the next chunk's may replace them.
+    __syncwarp();
+    if (start + C < end)
+      Rows::template copy<T>(args, start + C, chunkLength(start + C), head,
+                             warpIndex, s.inputRows);
     __syncthreads();
     if (start + C < end)
-      prefetchInputs<Layer, T>(args, start + C,
-                               end - start - C < C ? int(end - start - C) : C,
-                               head, threadIdx.x, blockDim.x);
+      prefetchInputs<Layer, T, true>(args, start + C, chunkLength(start + C),
+                                     head, threadIdx.x, blockDim.x);
 
     // 2. Cumulative log-gates.
     if constexpr (G == Gate::Vector) {

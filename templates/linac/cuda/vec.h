@@ -145,16 +145,17 @@ template <int N> struct WarpVec : Elements<WarpVec<N>, (N + 31) / 32> {
   LINAC_DEVICE static int index(int slot) { return laneId() * kSlots + slot; }
   template <typename T> LINAC_DEVICE static WarpVec load(const T *p) {
     if constexpr (kRuns)
-      if (isAligned(p, sizeof(Run<T, kSlots>))) {
-        Run<T, kSlots> run =
-            reinterpret_cast<const Run<T, kSlots> *>(p)[laneId()];
-        WarpVec v;
-#pragma unroll
-        for (int i = 0; i < kSlots; ++i)
-          v.x[i] = toFloat(run.x[i]);
-        return v;
-      }
+      if (isAligned(p, sizeof(Run<T, kSlots>)))
+        return loadRuns(p);
     return loadSlots<WarpVec, N>(p);
+  }
+  /// load(p) for p known to be aligned to a run when there are runs (rows of
+  /// shared memory), without the check.
+  template <typename T> LINAC_DEVICE static WarpVec loadAligned(const T *p) {
+    if constexpr (kRuns)
+      return loadRuns(p);
+    else
+      return loadSlots<WarpVec, N>(p);
   }
   template <typename Source,
             typename = std::enable_if_t<!std::is_pointer_v<Source>>>
@@ -163,19 +164,40 @@ template <int N> struct WarpVec : Elements<WarpVec<N>, (N + 31) / 32> {
   }
   template <typename T> LINAC_DEVICE void store(T *p) const {
     if constexpr (kRuns)
-      if (isAligned(p, sizeof(Run<T, kSlots>))) {
-        Run<T, kSlots> run;
+      if (isAligned(p, sizeof(Run<T, kSlots>)))
+        return storeRuns(p);
+    storeSlots(p);
+  }
+  /// store(p) for p known to be aligned to a run, as loadAligned.
+  template <typename T> LINAC_DEVICE void storeAligned(T *p) const {
+    if constexpr (kRuns)
+      storeRuns(p);
+    else
+      storeSlots(p);
+  }
+  LINAC_DEVICE float sum() const { return warpSum(sumOfSlots<N>(*this)); }
+
+private:
+  template <typename T> LINAC_DEVICE static WarpVec loadRuns(const T *p) {
+    Run<T, kSlots> run = reinterpret_cast<const Run<T, kSlots> *>(p)[laneId()];
+    WarpVec v;
 #pragma unroll
-        for (int i = 0; i < kSlots; ++i)
-          run.x[i] = fromFloat<T>(this->x[i]);
-        reinterpret_cast<Run<T, kSlots> *>(p)[laneId()] = run;
-        return;
-      }
+    for (int i = 0; i < kSlots; ++i)
+      v.x[i] = toFloat(run.x[i]);
+    return v;
+  }
+  template <typename T> LINAC_DEVICE void storeRuns(T *p) const {
+    Run<T, kSlots> run;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i)
+      run.x[i] = fromFloat<T>(this->x[i]);
+    reinterpret_cast<Run<T, kSlots> *>(p)[laneId()] = run;
+  }
+  template <typename T> LINAC_DEVICE void storeSlots(T *p) const {
     for (int i = 0; i < kSlots; ++i)
       if (index(i) < N)
         p[index(i)] = fromFloat<T>(this->x[i]);
   }
-  LINAC_DEVICE float sum() const { return warpSum(sumOfSlots<N>(*this)); }
 };
 
 /// A key vector every thread of the scan holds whole.

@@ -91,28 +91,35 @@ template <typename Layer> struct SharedInputRows {
           constexpr int i = decltype(input)::value;
           if constexpr (Layer::sharedInput(i)) {
             static_assert(rowBytes(i) % 16 == 0, "rows of whole 16-byte runs");
-            constexpr int pieces = rowBytes(i) / 16;
+            constexpr int Rows = C / kChunkWarps, pieces = rowBytes(i) / 16;
+            // The warp's rows are kChunkWarps tokens apart in both places.
+            const char *first = reinterpret_cast<const char *>(
+                Token<Layer, T>{args, start + warp, head}.input(i));
+            const int64_t stride = args.input_heads[i] * rowBytes(i) * kChunkWarps;
+            char *target = rows + offset(i) + warp * rowBytes(i);
+            auto each = [&](auto move) {
+#pragma unroll
+              for (int j = 0; j < (Rows * pieces + 31) / 32; ++j) {
+                const int f = laneId() + 32 * j, r = f / pieces, piece = f % pieces;
+                if (f < Rows * pieces && warp + r * kChunkWarps < length)
+                  move(first + r * stride + piece * 16,
+                       target + r * kChunkWarps * rowBytes(i) + piece * 16);
+              }
+            };
             // Rows move in 16-byte pieces when the input is 16-byte aligned
             // (then so is every row), else 16 bits at a time.
-            const bool aligned = isAligned(args.inputs[i], 16);
-            for (int f = laneId(); f < C / kChunkWarps * pieces; f += 32) {
-              const int row = warp + f / pieces * kChunkWarps;
-              if (row >= length)
-                break;
-              const char *from = reinterpret_cast<const char *>(
-                                     Token<Layer, T>{args, start + row, head}.input(i)) +
-                                 f % pieces * 16;
-              char *to = rows + offset(i) + row * rowBytes(i) + f % pieces * 16;
-              if (aligned) {
+            if (isAligned(args.inputs[i], 16))
+              each([](const char *from, char *to) {
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
                                  static_cast<uint32_t>(__cvta_generic_to_shared(to))),
                              "l"(from));
-              } else {
+              });
+            else
+              each([](const char *from, char *to) {
                 for (int b = 0; b < 16; b += 2)
                   *reinterpret_cast<unsigned short *>(to + b) =
                       *reinterpret_cast<const unsigned short *>(from + b);
-              }
-            }
+              });
           }
         },
         std::make_integer_sequence<int, Layer::kNumInputs>{});
@@ -125,13 +132,44 @@ template <typename Layer> struct SharedInputRows {
   }
 };
 
-/// A token's inputs that stay in registers (those not in SharedInputRows),
-/// each lane holding its run of each (WarpVec's layout): loaded a token ahead
-/// of the prologue that reads them, so that a warp's memory latency overlaps
-/// its previous token's work.
+/// The scalar inputs (those not in SharedInputRows) of a warp's tokens of a
+/// chunk: lane r holds those of row warp + kChunkWarps r, loaded with the
+/// rows, a chunk ahead.
+template <typename Layer, typename T> struct ChunkScalars {
+  LINAC_HOST_DEVICE static constexpr bool holds(int i) {
+    return !Layer::sharedInput(i) && Layer::inputSize(i) == 1;
+  }
+  float value[Layer::kNumInputs > 0 ? Layer::kNumInputs : 1];
+
+  LINAC_DEVICE void load(const linac_cuda_forward_args &args, int64_t start,
+                         int length, int head, int warp) {
+    const int row = warp + laneId() * kChunkWarps;
+    const bool live = laneId() < Layer::kChunkSize / kChunkWarps && row < length;
+    forEachIndex(
+        [&](auto input) {
+          constexpr int i = decltype(input)::value;
+          if constexpr (holds(i))
+            if (live)
+              value[i] = toFloat(*Token<Layer, T>{args, start + row, head}.input(i));
+        },
+        std::make_integer_sequence<int, Layer::kNumInputs>{});
+  }
+  /// Input i of the warp's row `row`, on every lane.
+  LINAC_DEVICE float at(int i, int row) const {
+    return __shfl_sync(0xffffffffu, value[i], row / kChunkWarps);
+  }
+};
+
+/// A token's inputs that stay in registers (neither in SharedInputRows nor
+/// in ChunkScalars), each lane holding its run of each (WarpVec's layout):
+/// loaded a token ahead of the prologue that reads them, so that a warp's
+/// memory latency overlaps its previous token's work.
 template <typename Layer, typename T> struct StagedInputs {
+  LINAC_HOST_DEVICE static constexpr bool holds(int i) {
+    return !Layer::sharedInput(i) && !ChunkScalars<Layer, T>::holds(i);
+  }
   LINAC_HOST_DEVICE static constexpr int slotsOf(int i) {
-    return Layer::sharedInput(i) ? 0 : int((Layer::inputSize(i) + 31) / 32);
+    return holds(i) ? int((Layer::inputSize(i) + 31) / 32) : 0;
   }
   /// Where each input's slots start: a table, so that an index known only
   /// after inlining folds. Inputs of an even number of slots come first,
@@ -205,9 +243,11 @@ private:
 /// in shared memory, or from the registers StagedInputs loaded it into.
 template <typename Layer, typename T> struct StagedInput {
   using Staged = StagedInputs<Layer, T>;
+  using Scalars = ChunkScalars<Layer, T>;
   const Staged &staged;
+  const Scalars &scalars;
   int i;
-  /// The token's rows in SharedInputRows.
+  /// The chunk's rows in SharedInputRows, and the token's.
   const char *rows;
   int row;
 
@@ -219,6 +259,14 @@ template <typename Layer, typename T> struct StagedInput {
   template <int N> LINAC_DEVICE WarpVec<N> warpVec() const {
     if (Layer::sharedInput(i))
       return WarpVec<N>::loadAligned(sharedRow());
+    if (Scalars::holds(i)) {
+      // A vector of one: lane 0's first slot.
+      WarpVec<N> v = WarpVec<N>::splat(0.0f);
+      float x = scalars.at(i, row);
+      if (laneId() == 0)
+        v.x[0] = x;
+      return v;
+    }
     WarpVec<N> v;
 #pragma unroll
     for (int s = 0; s < WarpVec<N>::kSlots; ++s)
@@ -229,6 +277,8 @@ template <typename Layer, typename T> struct StagedInput {
   LINAC_DEVICE float scalar() const {
     if (Layer::sharedInput(i))
       return toFloat(sharedRow()[0]);
+    if (Scalars::holds(i))
+      return scalars.at(i, row);
     return __shfl_sync(0xffffffffu, staged.at(Staged::firstSlot(i)), 0);
   }
 };
@@ -237,11 +287,12 @@ template <typename Layer, typename T> struct StagedInput {
 /// warp's registers.
 template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
   const StagedInputs<Layer, T> &staged;
+  const ChunkScalars<Layer, T> &scalars;
   const char *rows;
   int row;
   /// The generated prologue passes constant indices, so slots fold.
   LINAC_DEVICE StagedInput<Layer, T> input(int i) const {
-    return {staged, i, rows, row};
+    return {staged, scalars, i, rows, row};
   }
 };
 
@@ -603,6 +654,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   };
   Rows::template copy<T>(args, begin, chunkLength(begin), head, warpIndex,
                          s.inputRows);
+  ChunkScalars<Layer, T> scalars;
+  scalars.load(args, begin, chunkLength(begin), head, warpIndex);
   for (int64_t start = begin; start < end; start += C) {
     const int L = chunkLength(start);
     // With an erase the prologue writes `values`, which the previous
@@ -620,7 +673,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         if (i + kChunkWarps < L)
           next.load(Token<Layer, T>{args, start + i + kChunkWarps, head});
         Layer::Chunk::prologue(
-            StagedToken<Layer, T>{{args, start + i, head}, current, s.inputRows, i},
+            StagedToken<Layer, T>{{args, start + i, head}, current, scalars,
+                                  s.inputRows, i},
             ops);
       } else {
         ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
@@ -657,13 +711,16 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     }
     // This warp's rows are read: the next chunk's may replace them.
     __syncwarp();
-    if (start + C < end)
+    if (start + C < end) {
       Rows::template copy<T>(args, start + C, chunkLength(start + C), head,
                              warpIndex, s.inputRows);
+      scalars.load(args, start + C, chunkLength(start + C), head, warpIndex);
+    }
     __syncthreads();
     if (start + C < end)
-      prefetchInputs<Layer, T, true>(args, start + C, chunkLength(start + C),
-                                     head, threadIdx.x, blockDim.x);
+      prefetchInputs<Layer, T, StagedInputs<Layer, T>>(
+          args, start + C, chunkLength(start + C), head, threadIdx.x,
+          blockDim.x);
 
     // 2. Cumulative log-gates.
     if constexpr (G == Gate::Vector) {

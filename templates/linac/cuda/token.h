@@ -42,18 +42,22 @@ LINAC_DEVICE void forEachIndex(F &&f, std::integer_sequence<int, I...>) {
   (f(std::integral_constant<int, I>{}), ...);
 }
 
-/// Asks L2 for the inputs of tokens [first, first + count) of `head`,
-/// thread `thread` of the `threads` that call it taking every threads-th;
-/// with RegisterInputsOnly, not those the chunkwise kernel copies into
-/// shared memory itself.
-template <typename Layer, typename T, bool RegisterInputsOnly = false,
+/// Selects every input, for prefetchInputs.
+struct EveryInput {
+  LINAC_HOST_DEVICE static constexpr bool holds(int) { return true; }
+};
+
+/// Asks L2 for the inputs `Selection::holds` of tokens [first, first +
+/// count) of `head`, thread `thread` of the `threads` that call it taking
+/// every threads-th.
+template <typename Layer, typename T, typename Selection = EveryInput,
           typename Args>
 LINAC_DEVICE void prefetchInputs(const Args &args, int64_t first, int count,
                                  int head, int thread, int threads) {
   forEachIndex(
       [&](auto input) {
         constexpr int i = decltype(input)::value;
-        if constexpr (RegisterInputsOnly && Layer::sharedInput(i))
+        if constexpr (!Selection::holds(i))
           return;
         constexpr int64_t bytes = Layer::inputSize(i) * int64_t(sizeof(T));
         for (int t = thread; t < count; t += threads) {

@@ -478,27 +478,32 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
                    : decay == KeyDecayKind::Vector ? "Vector"
                                                    : "Scalar";
   // Which inputs the chunkwise kernel stages in shared memory (the plan's
-  // shared_inputs), as one flag an input.
+  // shared_inputs and late_shared_inputs), as a function of one flag an
+  // input.
   auto plan = layer->getAttrOfType<DictionaryAttr>(kPlanAttr);
-  auto sharedList = plan.getAs<DenseI64ArrayAttr>("shared_inputs");
-  std::string sharedFlags;
-  for (int64_t i = 0, e = layer.getInputs().size(); i < e; ++i)
-    sharedFlags += fmt::format(
-        "{}{}", i ? ", " : "",
-        sharedList && llvm::is_contained(sharedList.asArrayRef(), i) ? "true"
-                                                                     : "false");
+  auto inputFlags = [&](StringRef function, StringRef planEntry) {
+    auto list = plan.getAs<DenseI64ArrayAttr>(planEntry);
+    std::string flags;
+    for (int64_t i = 0, e = layer.getInputs().size(); i < e; ++i)
+      flags += fmt::format(
+          "{}{}", i ? ", " : "",
+          list && llvm::is_contained(list.asArrayRef(), i) ? "true" : "false");
+    return fmt::format("  LINAC_HOST_DEVICE static constexpr bool {}(int i) {{\n"
+                       "    constexpr bool flags[] = {{{}}};\n"
+                       "    return flags[i];\n  }}\n",
+                       function.str(), flags.empty() ? "false" : flags);
+  };
   std::string out =
       header(layer, "linac/cuda/layer.h") +
       "namespace {\nusing namespace linac::cuda;\n\n"
       "struct Layer {\n" +
       emitter.constants(fmt::format(
           "  static constexpr Gate kKeyGate = Gate::{};\n"
-          "  static constexpr int kDecodeWarps = {}, kDecodeStages = {};\n"
-          "  LINAC_HOST_DEVICE static constexpr bool sharedInput(int i) {{\n"
-          "    constexpr bool shared[] = {{{}}};\n    return shared[i];\n  }}\n",
+          "  static constexpr int kDecodeWarps = {}, kDecodeStages = {};\n{}{}",
           gate.str(), planInteger(layer, "decode_warps"),
           planInteger(layer, "decode_stages"),
-          sharedFlags.empty() ? "false" : sharedFlags));
+          inputFlags("sharedInput", "shared_inputs"),
+          inputFlags("lateSharedInput", "late_shared_inputs")));
   // The functions run by the chunkwise kernels and by the scan, each set in
   // a struct nested in Layer.
   auto nested = [](StringRef name, const std::string &functions) {

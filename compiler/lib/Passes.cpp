@@ -60,6 +60,13 @@ struct NormalizePass : public linac::impl::LinacNormalizeBase<NormalizePass> {
   }
 };
 
+/// Bytes of the chunkwise kernel's intra-chunk matrices P and A (fp32, C x
+/// (C + 4) each), free from a chunk's epilogue to the next chunk's products.
+int64_t productBytes(const NormalForm &form, int64_t chunkSize) {
+  return 4 * chunkSize * (chunkSize + 4) *
+         (form.erase != StrengthKind::None ? 2 : 1);
+}
+
 /// Dynamic shared memory of the chunkwise CUDA kernel: the layout of
 /// ChunkLayout in templates/linac/cuda/chunk.h, which the generated source
 /// checks against this number.
@@ -71,8 +78,7 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
   int64_t ks = state.getKeyDim() + 8, ds = u + 8, us = u + 4, as = c + 4;
   bool erase = form.erase != StrengthKind::None;
   return 2 * c * ks * (erase ? 3 : 2) + 2 * state.getKeyDim() * ds +
-         2 * c * ds + 4 * c * us +
-         4 * c * as * (erase ? 2 : 1) +
+         2 * c * ds + 4 * c * us + productBytes(form, c) +
          4 * c *
              (form.keyDecay == KeyDecayKind::Vector ? ks
               : form.keyDecay == KeyDecayKind::None ? 1
@@ -85,13 +91,16 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
 /// (SharedInputRows in templates/linac/cuda/chunk.h): those whose token rows
 /// of 16-bit activations are whole 16-byte runs, in order, while `room`
 /// bytes last. Adds their bytes to `bytes`; the rest stay in registers.
+/// Inputs in `taken` are passed over.
 SmallVector<int64_t> sharedInputs(LayerOp layer, int64_t chunkSize,
-                                  int64_t room, int64_t &bytes) {
+                                  int64_t room, int64_t &bytes,
+                                  ArrayRef<int64_t> taken = {}) {
   SmallVector<int64_t> shared;
   for (auto [index, input] : llvm::enumerate(layer.getInputs())) {
     auto tensor = dyn_cast<RankedTensorType>(input.getType());
     int64_t rowBytes = 2 * (tensor ? tensor.getNumElements() : 1);
-    if (rowBytes % 16 || bytes + chunkSize * rowBytes > room)
+    if (rowBytes % 16 || bytes + chunkSize * rowBytes > room ||
+        llvm::is_contained(taken, int64_t(index)))
       continue;
     shared.push_back(index);
     bytes += chunkSize * rowBytes;
@@ -223,6 +232,13 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
         SmallVector<int64_t> shared = sharedInputs(
             layer, kChunkSize, sharedMemoryLimit(target), sharedBytes);
         add("shared_inputs", b.getDenseI64ArrayAttr(shared));
+        // Of the others, those that fit go into P and A's memory, copied
+        // during the previous chunk's epilogue.
+        int64_t lateBytes = 0;
+        add("late_shared_inputs",
+            b.getDenseI64ArrayAttr(sharedInputs(layer, kChunkSize,
+                                                productBytes(form, kChunkSize),
+                                                lateBytes, shared)));
       }
       // A scalar log-gate difference is safe to exponentiate on the whole
       // tile; per-channel gates need per-pair differences (the CPU) or

@@ -21,7 +21,7 @@
 // inputs are staged in shared memory a chunk ahead; the scalar %b, not 16
 // bytes a token, stays in registers.
 // SM90: linac.layer @vector_gate
-// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_size = 64 : i64, decode_block_threads = 512 : i64, decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_state_layout = "key_major", decode_warps = 8 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "heads,sequences", shared_inputs = array<i64: 0, 1, 2, 3>, shared_memory = 134144 : i64, subchunk_size = 16 : i64, target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_size = 64 : i64, decode_block_threads = 512 : i64, decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_state_layout = "key_major", decode_warps = 8 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "heads,sequences", late_shared_inputs = array<i64>, shared_inputs = array<i64: 0, 1, 2, 3>, shared_memory = 134144 : i64, subchunk_size = 16 : i64, target = "sm_90a"}
 // SM80: linac.layer @vector_gate
 // SM80-SAME: target = "sm_80"
 linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : !key, %b : f32) {
@@ -63,10 +63,11 @@ linac.layer @odd_dims(%S : !linac.state<24x40>) inputs(%q : tensor<24xf32, #lina
 // The chunkwise kernel's working set must fit the target's shared memory:
 // K = V = 128 with an erase and a key-vector gate fits sm_90a's 227 KiB but
 // not sm_80's 163 KiB, where it runs as the scan.
-// Its 212992 bytes leave room to stage only the first input.
+// Its 212992 bytes leave room to stage only the first input in its own
+// memory; the next two take P and A's.
 // SM90: linac.layer @large_delta
 // SM90-SAME: family = "delta_chunkwise"
-// SM90-SAME: shared_inputs = array<i64: 0>, shared_memory = 229376 : i64
+// SM90-SAME: late_shared_inputs = array<i64: 1, 2>, shared_inputs = array<i64: 0>, shared_memory = 229376 : i64
 // sm_80 has no bulk copy engine, so its decode steps load states directly.
 // SM80: linac.layer @large_delta
 // SM80-SAME: linac.plan = {block_threads = 128 : i64, decode_block_threads = 512 : i64, decode_shared_memory = 0 : i64, decode_stages = 0 : i64, decode_state_layout = "key_major", decode_warps = 8 : i64, family = "recurrent", grid = "heads,sequences", recurrent_reason = "the chunk's 212992 bytes exceed sm_80's 166912 of shared memory", target = "sm_80"}

@@ -55,15 +55,20 @@ template <int K, int V, Gate G> struct ChunkOperands {
   NormalizedValue<V> u;
 };
 
-/// The inputs the plan stages in shared memory (Layer::sharedInput: rows of
-/// whole 16-byte runs of 16-bit activations), each input's C token rows
-/// together. Each warp copies the rows of the tokens its prologue takes,
-/// asynchronously, as soon as its prologue has read the previous chunk's,
-/// so the copies overlap the rest of that chunk.
-template <typename Layer> struct SharedInputRows {
+/// The inputs the plan stages in shared memory (rows of whole 16-byte runs
+/// of 16-bit activations), each input's C token rows together. Each warp
+/// copies the rows of the tokens its prologue takes, asynchronously: those
+/// of Layer::sharedInput into their own memory as soon as its prologue has
+/// read the previous chunk's, so the copies overlap the rest of that chunk;
+/// those of Layer::lateSharedInput (Late) into the memory of P and A once
+/// the previous chunk's products are done, so they overlap its epilogue.
+template <typename Layer, bool Late = false> struct SharedInputRows {
   static constexpr int C = Layer::kChunkSize;
+  LINAC_HOST_DEVICE static constexpr bool holds(int i) {
+    return Late ? Layer::lateSharedInput(i) : Layer::sharedInput(i);
+  }
   LINAC_HOST_DEVICE static constexpr int rowBytes(int i) {
-    return Layer::sharedInput(i) ? int(2 * Layer::inputSize(i)) : 0;
+    return holds(i) ? int(2 * Layer::inputSize(i)) : 0;
   }
   /// Where each input's rows start: a table, so that an index known only
   /// after inlining folds.
@@ -89,7 +94,7 @@ template <typename Layer> struct SharedInputRows {
     forEachIndex(
         [&](auto input) {
           constexpr int i = decltype(input)::value;
-          if constexpr (Layer::sharedInput(i)) {
+          if constexpr (holds(i)) {
             static_assert(rowBytes(i) % 16 == 0, "rows of whole 16-byte runs");
             constexpr int Rows = C / kChunkWarps, pieces = rowBytes(i) / 16;
             // The warp's rows are kChunkWarps tokens apart in both places.
@@ -135,9 +140,14 @@ template <typename Layer> struct SharedInputRows {
 /// The scalar inputs (those not in SharedInputRows) of a warp's tokens of a
 /// chunk: lane r holds those of row warp + kChunkWarps r, loaded with the
 /// rows, a chunk ahead.
+/// Whether input i of Layer is in SharedInputRows, early or late.
+template <typename Layer> LINAC_HOST_DEVICE constexpr bool inSharedRows(int i) {
+  return Layer::sharedInput(i) || Layer::lateSharedInput(i);
+}
+
 template <typename Layer, typename T> struct ChunkScalars {
   LINAC_HOST_DEVICE static constexpr bool holds(int i) {
-    return !Layer::sharedInput(i) && Layer::inputSize(i) == 1;
+    return !inSharedRows<Layer>(i) && Layer::inputSize(i) == 1;
   }
   float value[Layer::kNumInputs > 0 ? Layer::kNumInputs : 1];
 
@@ -166,7 +176,7 @@ template <typename Layer, typename T> struct ChunkScalars {
 /// memory latency overlaps its previous token's work.
 template <typename Layer, typename T> struct StagedInputs {
   LINAC_HOST_DEVICE static constexpr bool holds(int i) {
-    return !Layer::sharedInput(i) && !ChunkScalars<Layer, T>::holds(i);
+    return !inSharedRows<Layer>(i) && !ChunkScalars<Layer, T>::holds(i);
   }
   LINAC_HOST_DEVICE static constexpr int slotsOf(int i) {
     return holds(i) ? int((Layer::inputSize(i) + 31) / 32) : 0;
@@ -247,17 +257,21 @@ template <typename Layer, typename T> struct StagedInput {
   const Staged &staged;
   const Scalars &scalars;
   int i;
-  /// The chunk's rows in SharedInputRows, and the token's.
-  const char *rows;
+  /// The chunk's rows in SharedInputRows (early and late), and the token's.
+  const char *rows, *lateRows;
   int row;
 
   LINAC_DEVICE const T *sharedRow() const {
-    using Rows = SharedInputRows<Layer>;
-    return reinterpret_cast<const T *>(rows + Rows::offset(i) +
-                                       row * Rows::rowBytes(i));
+    auto at = [&](auto rowsOf, const char *base) {
+      using Rows = decltype(rowsOf);
+      return reinterpret_cast<const T *>(base + Rows::offset(i) +
+                                         row * Rows::rowBytes(i));
+    };
+    return Layer::sharedInput(i) ? at(SharedInputRows<Layer>{}, rows)
+                                 : at(SharedInputRows<Layer, true>{}, lateRows);
   }
   template <int N> LINAC_DEVICE WarpVec<N> warpVec() const {
-    if (Layer::sharedInput(i))
+    if (inSharedRows<Layer>(i))
       return WarpVec<N>::loadAligned(sharedRow());
     if (Scalars::holds(i)) {
       // A vector of one: lane 0's first slot.
@@ -275,7 +289,7 @@ template <typename Layer, typename T> struct StagedInput {
   }
   /// A scalar input is lane 0's first slot.
   LINAC_DEVICE float scalar() const {
-    if (Layer::sharedInput(i))
+    if (inSharedRows<Layer>(i))
       return toFloat(sharedRow()[0]);
     if (Scalars::holds(i))
       return scalars.at(i, row);
@@ -288,11 +302,11 @@ template <typename Layer, typename T> struct StagedInput {
 template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
   const StagedInputs<Layer, T> &staged;
   const ChunkScalars<Layer, T> &scalars;
-  const char *rows;
+  const char *rows, *lateRows;
   int row;
   /// The generated prologue passes constant indices, so slots fold.
   LINAC_DEVICE StagedInput<Layer, T> input(int i) const {
-    return {staged, scalars, i, rows, row};
+    return {staged, scalars, i, rows, lateRows, row};
   }
 };
 
@@ -529,6 +543,8 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kInputRows =                          // SharedInputRows
       kInverses + (Layer::kErase ? 4 * C * IS : 0);
   static constexpr size_t kBytes = kInputRows + SharedInputRows<Layer>::kBytes;
+  static_assert(SharedInputRows<Layer, true>::kBytes <= kGates - kP,
+                "the late input rows fit P and A's memory");
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *state, *delta;
@@ -654,6 +670,10 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   };
   Rows::template copy<T>(args, begin, chunkLength(begin), head, warpIndex,
                          s.inputRows);
+  using LateRows = SharedInputRows<Layer, true>;
+  char *const lateRows = reinterpret_cast<char *>(s.p);
+  LateRows::template copy<T>(args, begin, chunkLength(begin), head, warpIndex,
+                             lateRows);
   ChunkScalars<Layer, T> scalars;
   scalars.load(args, begin, chunkLength(begin), head, warpIndex);
   for (int64_t start = begin; start < end; start += C) {
@@ -674,7 +694,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
           next.load(Token<Layer, T>{args, start + i + kChunkWarps, head});
         Layer::Chunk::prologue(
             StagedToken<Layer, T>{{args, start + i, head}, current, scalars,
-                                  s.inputRows, i},
+                                  s.inputRows, lateRows, i},
             ops);
       } else {
         ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
@@ -1136,6 +1156,9 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         }
     }
     __syncthreads();
+    if (start + C < end)
+      LateRows::template copy<T>(args, start + C, chunkLength(start + C), head,
+                                 warpIndex, lateRows);
     publishState();
     if (start + C + warpIndex < end)
       next.load(Token<Layer, T>{args, start + C + warpIndex, head});

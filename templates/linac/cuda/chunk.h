@@ -5,7 +5,9 @@
 // of warp w % 8: in registers in fp32 (role r holds key rows 16r..16r+15),
 // and in shared memory as bf16 for the products that read it.
 // The other products are spread over all 16 warps. Per chunk:
-//   1. each warp runs the generated prologue on its tokens;
+//   1. each warp runs the generated prologue on its tokens, whose inputs
+//      it copied into shared memory during the previous chunk (as far as
+//      the plan found room; SharedInputRows);
 //   2. cumulative log-gates over the chunk;
 //   3. R = U - (E (.) Lambda) S0;
 //   4. the masked intra-chunk matrices P (query-key) and A (erase-key);

@@ -5,6 +5,7 @@
 // RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_90a -o %t.linac
 // RUN: FileCheck %s --check-prefix=MANIFEST --input-file %t.linac/manifest.json
 // RUN: FileCheck %s --check-prefix=SOURCE --input-file %t.linac/layer.cu
+// RUN: FileCheck %s --check-prefix=STAGING --input-file %t.linac/manifest.json
 // RUN: ls %t.cache | count 1
 // The cache key holds the compiler: through a logging wrapper the first
 // compilation misses, the second hits.
@@ -57,6 +58,12 @@
 // SOURCE: #include "linac/cuda/layer.h"
 // SOURCE: static constexpr Gate kKeyGate = Gate::Scalar;
 // SOURCE-NEXT: static constexpr int kDecodeWarps = 8, kDecodeStages = 3;
+// The plan's staged inputs as flags: the vectors (32-byte rows) in shared
+// memory, the scalars not.
+// SOURCE-NEXT: static constexpr bool sharedInput(int i) {
+// SOURCE-NEXT: constexpr bool flags[] = {true, true, true, false, false};
+// SOURCE: static constexpr bool lateSharedInput(int i) {
+// SOURCE-NEXT: constexpr bool flags[] = {false, false, false, false, false};
 // SOURCE: struct Chunk {
 // SOURCE: out.gk = v{{[0-9]+}};
 // SOURCE: struct Scan {
@@ -72,6 +79,13 @@
 // SOURCE: LINAC_DECODE_KERNELS(Layer)
 
 // WARPS16: "decode_warps": 16
+
+// STAGING: "late_shared_inputs": [],
+// STAGING-NEXT: "shared_inputs": [
+// STAGING-NEXT: 0,
+// STAGING-NEXT: 1,
+// STAGING-NEXT: 2
+// STAGING-NEXT: ],
 
 // ONECOMPILE: {{^1$}}
 // DESCRIBE: layer @small_gated_delta for sm_80, K = 16, V = 16

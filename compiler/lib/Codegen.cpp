@@ -37,12 +37,6 @@ StringRef linac::kindOf(Type type) {
 
 namespace {
 
-/// Elements one token of an argument holds.
-int64_t elementsOf(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  return tensor ? tensor.getNumElements() : 1;
-}
-
 /// How one generated function spells its types.
 struct Flavor {
   /// Key-side, value-side and matrix vector types; `{}` is the length.
@@ -488,10 +482,11 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
       flags += fmt::format(
           "{}{}", i ? ", " : "",
           list && llvm::is_contained(list.asArrayRef(), i) ? "true" : "false");
-    return fmt::format("  LINAC_HOST_DEVICE static constexpr bool {}(int i) {{\n"
-                       "    constexpr bool flags[] = {{{}}};\n"
-                       "    return flags[i];\n  }}\n",
-                       function.str(), flags.empty() ? "false" : flags);
+    return fmt::format(
+        "  LINAC_HOST_DEVICE static constexpr bool {}(int i) {{\n"
+        "    constexpr bool flags[] = {{{}}};\n"
+        "    return flags[i];\n  }}\n",
+        function.str(), flags.empty() ? "false" : flags);
   };
   std::string out =
       header(layer, "linac/cuda/layer.h") +

@@ -34,6 +34,11 @@ StringRef linac::stringifyStrength(StrengthKind kind) {
   llvm_unreachable("unknown strength");
 }
 
+int64_t linac::elementsOf(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor ? tensor.getNumElements() : 1;
+}
+
 bool linac::isPerHead(LayerOp layer, Value value) {
   SmallVector<Value> worklist{value};
   llvm::SmallPtrSet<Value, 16> visited;

@@ -97,8 +97,7 @@ SmallVector<int64_t> sharedInputs(LayerOp layer, int64_t chunkSize,
                                   ArrayRef<int64_t> taken = {}) {
   SmallVector<int64_t> shared;
   for (auto [index, input] : llvm::enumerate(layer.getInputs())) {
-    auto tensor = dyn_cast<RankedTensorType>(input.getType());
-    int64_t rowBytes = 2 * (tensor ? tensor.getNumElements() : 1);
+    int64_t rowBytes = 2 * elementsOf(input.getType());
     if (rowBytes % 16 || bytes + chunkSize * rowBytes > room ||
         llvm::is_contained(taken, int64_t(index)))
       continue;

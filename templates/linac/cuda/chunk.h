@@ -102,12 +102,14 @@ template <typename Layer, bool Late = false> struct SharedInputRows {
             // The warp's rows are kChunkWarps tokens apart in both places.
             const char *first = reinterpret_cast<const char *>(
                 Token<Layer, T>{args, start + warp, head}.input(i));
-            const int64_t stride = args.input_heads[i] * rowBytes(i) * kChunkWarps;
+            const int64_t stride =
+                args.input_heads[i] * rowBytes(i) * kChunkWarps;
             char *target = rows + offset(i) + warp * rowBytes(i);
             auto each = [&](auto move) {
 #pragma unroll
               for (int j = 0; j < (Rows * pieces + 31) / 32; ++j) {
-                const int f = laneId() + 32 * j, r = f / pieces, piece = f % pieces;
+                const int f = laneId() + 32 * j, r = f / pieces,
+                          piece = f % pieces;
                 if (f < Rows * pieces && warp + r * kChunkWarps < length)
                   move(first + r * stride + piece * 16,
                        target + r * kChunkWarps * rowBytes(i) + piece * 16);
@@ -117,9 +119,10 @@ template <typename Layer, bool Late = false> struct SharedInputRows {
             // (then so is every row), else 16 bits at a time.
             if (isAligned(args.inputs[i], 16))
               each([](const char *from, char *to) {
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                                 static_cast<uint32_t>(__cvta_generic_to_shared(to))),
-                             "l"(from));
+                asm volatile(
+                    "cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                        static_cast<uint32_t>(__cvta_generic_to_shared(to))),
+                    "l"(from));
               });
             else
               each([](const char *from, char *to) {
@@ -156,13 +159,15 @@ template <typename Layer, typename T> struct ChunkScalars {
   LINAC_DEVICE void load(const linac_cuda_forward_args &args, int64_t start,
                          int length, int head, int warp) {
     const int row = warp + laneId() * kChunkWarps;
-    const bool live = laneId() < Layer::kChunkSize / kChunkWarps && row < length;
+    const bool live =
+        laneId() < Layer::kChunkSize / kChunkWarps && row < length;
     forEachIndex(
         [&](auto input) {
           constexpr int i = decltype(input)::value;
           if constexpr (holds(i))
             if (live)
-              value[i] = toFloat(*Token<Layer, T>{args, start + row, head}.input(i));
+              value[i] =
+                  toFloat(*Token<Layer, T>{args, start + row, head}.input(i));
         },
         std::make_integer_sequence<int, Layer::kNumInputs>{});
   }
@@ -236,7 +241,8 @@ private:
     // WarpVec's layout: lane l holds elements l * slots onwards.
     if constexpr (WarpVec<size>::kRuns)
       if (isAligned(p, sizeof(Run<uint32_t, slots / 2>))) {
-        auto run = reinterpret_cast<const Run<uint32_t, slots / 2> *>(p)[laneId()];
+        auto run =
+            reinterpret_cast<const Run<uint32_t, slots / 2> *>(p)[laneId()];
 #pragma unroll
         for (int w = 0; w < slots / 2; ++w)
           words[first / 2 + w] = run.x[w];
@@ -424,8 +430,7 @@ LINAC_DEVICE void fragmentB(uint32_t (&b)[2], const SharedRows &x, int k0,
 }
 LINAC_DEVICE void fragmentB(uint32_t (&b)[2], const SharedColumns &x, int k0,
                             int n0) {
-  const __nv_bfloat16 *p =
-      x.m + (k0 + laneId() % 16) * x.stride + x.first + n0;
+  const __nv_bfloat16 *p = x.m + (k0 + laneId() % 16) * x.stride + x.first + n0;
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, "
                "[%2];\n"
                : "=r"(b[0]), "=r"(b[1])
@@ -537,8 +542,10 @@ template <typename Layer> struct ChunkLayout {
   // log-gates and then each token's factor to the chunk's end. After them,
   // with a normaliser, its column of the state and of Delta in fp32.
   static constexpr size_t kStateNormalizer =
-      kGates +
-      4 * C * (kVectorGate ? KS : Layer::kKeyGate == Gate::Scalar ? 2 : 1);
+      kGates + 4 * C *
+                   (kVectorGate                       ? KS
+                    : Layer::kKeyGate == Gate::Scalar ? 2
+                                                      : 1);
   static constexpr size_t kWeights = kStateNormalizer + 4 * K;
   static constexpr size_t kInverses =
       Layer::kNormalizer ? kWeights + 4 * C : kStateNormalizer;
@@ -694,10 +701,13 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         StagedInputs<Layer, T> current = next;
         if (i + kChunkWarps < L)
           next.load(Token<Layer, T>{args, start + i + kChunkWarps, head});
-        Layer::Chunk::prologue(
-            StagedToken<Layer, T>{{args, start + i, head}, current, scalars,
-                                  s.inputRows, lateRows, i},
-            ops);
+        Layer::Chunk::prologue(StagedToken<Layer, T>{{args, start + i, head},
+                                                     current,
+                                                     scalars,
+                                                     s.inputRows,
+                                                     lateRows,
+                                                     i},
+                               ops);
       } else {
         ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
         ops.u = {WarpVec<V>::splat(0.0f), 0.0f};
@@ -820,7 +830,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             [&](int r, int d) {
               int i = readRows + r;
               return pack(Layout::at(x, KS, i, d) * __expf(decay(i, d)),
-                          Layout::at(x, KS, i, d + 1) * __expf(decay(i, d + 1)));
+                          Layout::at(x, KS, i, d + 1) *
+                              __expf(decay(i, d + 1)));
             },
             state, KeySteps, readTiles);
       else
@@ -984,10 +995,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             },
             [&](int d, int j) {
               const int key = rowBase + j;
-              return pack(Layout::at(s.k, KS, key, d) *
-                              __expf(s.lambda(ref, d) - s.lambda(key, d)),
-                          Layout::at(s.k, KS, key, d + 1) *
-                              __expf(s.lambda(ref, d + 1) - s.lambda(key, d + 1)));
+              return pack(
+                  Layout::at(s.k, KS, key, d) *
+                      __expf(s.lambda(ref, d) - s.lambda(key, d)),
+                  Layout::at(s.k, KS, key, d + 1) *
+                      __expf(s.lambda(ref, d + 1) - s.lambda(key, d + 1)));
             });
         for (int r = 0; r < 4; ++r) {
           const int row = accRow(r), i = rowBase + 8 + row % 8,
@@ -1029,9 +1041,11 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
 #pragma unroll
         for (int m = 0; m < Rows; m += 4) {
           float4 four = *reinterpret_cast<const float4 *>(row + m);
-          a[m] = four.x, a[m + 1] = four.y, a[m + 2] = four.z, a[m + 3] = four.w;
+          a[m] = four.x, a[m + 1] = four.y, a[m + 2] = four.z,
+          a[m + 3] = four.w;
         }
-        float x0 = i == column ? 1.0f : 0.0f, x1 = i == column + 2 ? 1.0f : 0.0f;
+        float x0 = i == column ? 1.0f : 0.0f,
+              x1 = i == column + 2 ? 1.0f : 0.0f;
 #pragma unroll
         for (int m = 0; m < Rows - 1; ++m) {
           float y0 = __shfl_sync(0xffffffffu, x0, m, 16);
@@ -1053,8 +1067,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
           float *low = s.values + (rows + g) * US + cols + pair;
           float *high = low + 8 * US;
           float y[4] = {low[0], low[1], high[0], high[1]};
-          tf32Product<2 * (Blocks - 1)>(y, s.a + rows * AS, AS,
-                                        s.values + cols, US, 2 * t, -1.0f);
+          tf32Product<2 * (Blocks - 1)>(y, s.a + rows * AS, AS, s.values + cols,
+                                        US, 2 * t, -1.0f);
           // Y where only this warp works, to be read back as a B operand.
           low[0] = y[0], low[1] = y[1], high[0] = y[2], high[1] = y[3];
           __syncwarp();
@@ -1086,7 +1100,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             const float *row = s.p + (readRows + r) * AS + j;
             return pack(row[0], row[1]);
           },
-          SharedColumns{s.delta, DS, readColumns}, readRows / 16 + 1, readTiles);
+          SharedColumns{s.delta, DS, readColumns}, readRows / 16 + 1,
+          readTiles);
       for (int n = 0; n < readTiles; ++n)
         for (int r = 0; r < 4; ++r)
           s.values[(readRows + accRow(r)) * US + readColumns + n * 8 +
@@ -1145,10 +1160,10 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             [&](int r, int j) {
               int d = stateRow + r;
               float end = s.lambda(last, d);
-              return pack(
-                  Layout::at(s.k, KS, j, d) * __expf(end - s.lambda(j, d)),
-                  Layout::at(s.k, KS, j + 1, d) *
-                      __expf(end - s.lambda(j + 1, d)));
+              return pack(Layout::at(s.k, KS, j, d) *
+                              __expf(end - s.lambda(j, d)),
+                          Layout::at(s.k, KS, j + 1, d) *
+                              __expf(end - s.lambda(j + 1, d)));
             },
             delta, ChunkSteps, tiles);
       for (int n = 0; n < tiles; ++n)

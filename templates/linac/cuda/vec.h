@@ -4,11 +4,11 @@
 // WarpVec<N> spreads a key or value vector over the 32 lanes, each lane a
 // contiguous run (lane l of a vector of 128 holds elements 4l..4l+3), so
 // that rows move in one access a lane. The recurrent scan gives each
-// thread one column of the state: ColumnVec<N> holds that thread's element of a value vector,
-// FullVec<N> a whole key vector (every thread has it), and MatrixColumn the
-// thread's column of a per-token matrix. Each type offers the elementwise
-// functions the dialect's arith, math and helper ops lower to, with the
-// CPU templates' names, so one generated body serves every target.
+// thread one column of the state: ColumnVec<N> holds that thread's element of a
+// value vector, FullVec<N> a whole key vector (every thread has it), and
+// MatrixColumn the thread's column of a per-token matrix. Each type offers the
+// elementwise functions the dialect's arith, math and helper ops lower to, with
+// the CPU templates' names, so one generated body serves every target.
 //
 //===----------------------------------------------------------------------===//
 
@@ -127,9 +127,7 @@ template <int N, typename Vec> LINAC_DEVICE float sumOfSlots(const Vec &v) {
 }
 
 /// S elements of type T that move as one access.
-template <typename T, int S> struct alignas(sizeof(T) * S) Run {
-  T x[S];
-};
+template <typename T, int S> struct alignas(sizeof(T) * S) Run { T x[S]; };
 
 /// Whether p is aligned to `bytes`.
 template <typename T> LINAC_DEVICE bool isAligned(const T *p, size_t bytes) {
@@ -141,7 +139,8 @@ template <typename T> LINAC_DEVICE bool isAligned(const T *p, size_t bytes) {
 template <int N> struct WarpVec : Elements<WarpVec<N>, (N + 31) / 32> {
   static constexpr int kSlots = (N + 31) / 32;
   /// Every lane's run is whole and moves as one access.
-  static constexpr bool kRuns = N == 32 * kSlots && (kSlots == 2 || kSlots == 4);
+  static constexpr bool kRuns =
+      N == 32 * kSlots && (kSlots == 2 || kSlots == 4);
   LINAC_DEVICE static int index(int slot) { return laneId() * kSlots + slot; }
   template <typename T> LINAC_DEVICE static WarpVec load(const T *p) {
     if constexpr (kRuns)

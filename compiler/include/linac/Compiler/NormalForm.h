@@ -55,6 +55,10 @@ NormalForm deriveNormalForm(LayerOp layer);
 /// parameters, the head index and constants.
 bool isPerHead(LayerOp layer, mlir::Value value);
 
+/// Elements one value of an input or parameter holds: a tensor's, or 1 for
+/// a scalar.
+int64_t elementsOf(mlir::Type type);
+
 } // namespace linac
 
 #endif // LINAC_COMPILER_NORMALFORM_H

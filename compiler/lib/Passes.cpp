@@ -67,6 +67,22 @@ int64_t productBytes(const NormalForm &form, int64_t chunkSize) {
          (form.erase != StrengthKind::None ? 2 : 1);
 }
 
+/// Bytes of the chunkwise kernel's bf16 state copy (K x (U + 8)).
+int64_t stateCopyBytes(StateType state) {
+  return 2 * state.getKeyDim() *
+         (state.getValueDim() + (state.getNormalized() ? 16 : 8));
+}
+
+/// Memory the late input rows may take (ChunkLayout's kLateRows): P and A,
+/// and with a gate the state copy, published then after the prologue.
+int64_t lateRowBytes(LayerOp layer, const NormalForm &form,
+                     int64_t chunkSize) {
+  return productBytes(form, chunkSize) +
+         (form.keyDecay != KeyDecayKind::None
+              ? stateCopyBytes(layer.getStateType())
+              : 0);
+}
+
 /// Dynamic shared memory of the chunkwise CUDA kernel: the layout of
 /// ChunkLayout in templates/linac/cuda/chunk.h, which the generated source
 /// checks against this number.
@@ -77,8 +93,7 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
   int64_t u = state.getValueDim() + (state.getNormalized() ? 8 : 0);
   int64_t ks = state.getKeyDim() + 8, ds = u + 8, us = u + 4, as = c + 4;
   bool erase = form.erase != StrengthKind::None;
-  return 2 * c * ks * (erase ? 3 : 2) + 2 * state.getKeyDim() * ds +
-         2 * c * ds + 4 * c * us + productBytes(form, c) +
+  return 2 * c * ks * (erase ? 3 : 2) + stateCopyBytes(state) + 2 * c * ds + 4 * c * us + productBytes(form, c) +
          4 * c *
              (form.keyDecay == KeyDecayKind::Vector ? ks
               : form.keyDecay == KeyDecayKind::None ? 1
@@ -231,13 +246,14 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
         SmallVector<int64_t> shared = sharedInputs(
             layer, kChunkSize, sharedMemoryLimit(target), sharedBytes);
         add("shared_inputs", b.getDenseI64ArrayAttr(shared));
-        // Of the others, those that fit go into P and A's memory, copied
-        // during the previous chunk's epilogue.
+        // Of the others, those that fit go into P and A's memory (and with
+        // a gate the state copy's), copied during the previous chunk's
+        // epilogue.
         int64_t lateBytes = 0;
         add("late_shared_inputs",
-            b.getDenseI64ArrayAttr(sharedInputs(layer, kChunkSize,
-                                                productBytes(form, kChunkSize),
-                                                lateBytes, shared)));
+            b.getDenseI64ArrayAttr(sharedInputs(
+                layer, kChunkSize, lateRowBytes(layer, form, kChunkSize),
+                lateBytes, shared)));
       }
       // A scalar log-gate difference is safe to exponentiate on the whole
       // tile; per-channel gates need per-pair differences (the CPU) or

@@ -64,10 +64,10 @@ linac.layer @odd_dims(%S : !linac.state<24x40>) inputs(%q : tensor<24xf32, #lina
 // K = V = 128 with an erase and a key-vector gate fits sm_90a's 227 KiB but
 // not sm_80's 163 KiB, where it runs as the scan.
 // Its 212992 bytes leave room to stage only the first input in its own
-// memory; the next two take P and A's.
+// memory; the other vectors take that of P, A and the state copy.
 // SM90: linac.layer @large_delta
 // SM90-SAME: family = "delta_chunkwise"
-// SM90-SAME: late_shared_inputs = array<i64: 1, 2>, shared_inputs = array<i64: 0>, shared_memory = 229376 : i64
+// SM90-SAME: late_shared_inputs = array<i64: 1, 2, 3>, shared_inputs = array<i64: 0>, shared_memory = 229376 : i64
 // sm_80 has no bulk copy engine, so its decode steps load states directly.
 // SM80: linac.layer @large_delta
 // SM80-SAME: linac.plan = {block_threads = 128 : i64, decode_block_threads = 512 : i64, decode_shared_memory = 0 : i64, decode_stages = 0 : i64, decode_state_layout = "key_major", decode_warps = 8 : i64, family = "recurrent", grid = "heads,sequences", recurrent_reason = "the chunk's 212992 bytes exceed sm_80's 166912 of shared memory", target = "sm_80"}

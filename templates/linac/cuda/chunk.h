@@ -62,8 +62,9 @@ template <int K, int V, Gate G> struct ChunkOperands {
 /// copies the rows of the tokens its prologue takes, asynchronously: those
 /// of Layer::sharedInput into their own memory as soon as its prologue has
 /// read the previous chunk's, so the copies overlap the rest of that chunk;
-/// those of Layer::lateSharedInput (Late) into the memory of P and A once
-/// the previous chunk's products are done, so they overlap its epilogue.
+/// those of Layer::lateSharedInput (Late) into the memory of P and A (and,
+/// with a gate, of the state copy) once the previous chunk's products are
+/// done, so they overlap its epilogue.
 template <typename Layer, bool Late = false> struct SharedInputRows {
   static constexpr int C = Layer::kChunkSize;
   LINAC_HOST_DEVICE static constexpr bool holds(int i) {
@@ -531,13 +532,19 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kQ = 0;                               // bf16 C x KS
   static constexpr size_t kK = kQ + 2 * C * KS;                 // bf16 C x KS
   static constexpr size_t kE = kK + 2 * C * KS;                 // bf16 C x KS
-  static constexpr size_t kState =                              // bf16 K x DS
+  static constexpr size_t kDelta =                              // bf16 C x DS
       kE + (Layer::kErase ? 2 * C * KS : 0);
-  static constexpr size_t kDelta = kState + 2 * K * DS;         // bf16 C x DS
   static constexpr size_t kValues = kDelta + 2 * C * DS;        // f32 C x US
-  static constexpr size_t kP = kValues + 4 * C * US;            // f32 C x AS
+  // The state copy, P and A together: the late input rows' memory.
+  static constexpr size_t kState = kValues + 4 * C * US;        // bf16 K x DS
+  static constexpr size_t kP = kState + 2 * K * DS;             // f32 C x AS
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
   static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
+  /// With a gate, the state copy is published after the prologue (beside
+  /// the cumulative gates, before their barrier), so its memory is free for
+  /// late input rows too.
+  static constexpr bool kPublishAfterPrologue = Layer::kKeyGate != Gate::None;
+  static constexpr size_t kLateRows = kPublishAfterPrologue ? kState : kP;
   // The gates: a key-vector gate's C x KS, or a scalar gate's cumulative
   // log-gates and then each token's factor to the chunk's end. After them,
   // with a normaliser, its column of the state and of Delta in fp32.
@@ -552,13 +559,13 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kInputRows =                          // SharedInputRows
       kInverses + (Layer::kErase ? 4 * C * IS : 0);
   static constexpr size_t kBytes = kInputRows + SharedInputRows<Layer>::kBytes;
-  static_assert(SharedInputRows<Layer, true>::kBytes <= kGates - kP,
-                "the late input rows fit P and A's memory");
+  static_assert(SharedInputRows<Layer, true>::kBytes <= kGates - kLateRows,
+                "the late input rows fit their memory");
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *state, *delta;
   float *values, *p, *a, *gates, *stateNormalizer, *weights, *inverses;
-  char *inputRows;
+  char *inputRows, *lateInputRows;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
       : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
@@ -573,7 +580,7 @@ template <typename Layer> struct ChunkLayout {
         stateNormalizer(reinterpret_cast<float *>(base + kStateNormalizer)),
         weights(reinterpret_cast<float *>(base + kWeights)),
         inverses(reinterpret_cast<float *>(base + kInverses)),
-        inputRows(base + kInputRows) {}
+        inputRows(base + kInputRows), lateInputRows(base + kLateRows) {}
 
   /// Cumulative key-side log-gate of token i at channel d (any d for a
   /// scalar gate); 0 before the chunk and without a gate.
@@ -666,7 +673,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             s.stateNormalizer[row] = state[n][r];
         }
   };
-  publishState();
+  if constexpr (!Layout::kPublishAfterPrologue)
+    publishState();
 
   // Each warp's next token, loaded a token ahead of its prologue (for a
   // chunk's first tokens, during the previous chunk's epilogue).
@@ -680,7 +688,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   Rows::template copy<T>(args, begin, chunkLength(begin), head, warpIndex,
                          s.inputRows);
   using LateRows = SharedInputRows<Layer, true>;
-  char *const lateRows = reinterpret_cast<char *>(s.p);
+  char *const lateRows = s.lateInputRows;
   LateRows::template copy<T>(args, begin, chunkLength(begin), head, warpIndex,
                              lateRows);
   ChunkScalars<Layer, T> scalars;
@@ -753,6 +761,10 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       prefetchInputs<Layer, T, StagedInputs<Layer, T>>(
           args, start + C, chunkLength(start + C), head, threadIdx.x,
           blockDim.x);
+    // Every warp has read its late input rows; the gates' barrier below
+    // orders this before the products that read the state.
+    if constexpr (Layout::kPublishAfterPrologue)
+      publishState();
 
     // 2. Cumulative log-gates.
     if constexpr (G == Gate::Vector) {
@@ -1176,7 +1188,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     if (start + C < end)
       LateRows::template copy<T>(args, start + C, chunkLength(start + C), head,
                                  warpIndex, lateRows);
-    publishState();
+    if constexpr (!Layout::kPublishAfterPrologue)
+      publishState();
     if (start + C + warpIndex < end)
       next.load(Token<Layer, T>{args, start + C + warpIndex, head});
 

@@ -344,7 +344,7 @@ std::string BodyEmitter::constants(StringRef keyGateConstant) {
       "                        kReadBefore = {};\n"
       "{}"
       "  static constexpr float kFixedScale = {};\n"
-      "  static constexpr int kNumInputs = {};\n"
+      "  static constexpr int kNumInputs = {}, kNumParams = {};\n"
       "  LINAC_HOST_DEVICE static constexpr int64_t inputSize(int i) {{\n"
       "    constexpr int64_t sizes[] = {{{}}};\n    return sizes[i];\n  }}\n"
       "  LINAC_HOST_DEVICE static constexpr int64_t paramSize(int i) {{\n"
@@ -357,7 +357,8 @@ std::string BodyEmitter::constants(StringRef keyGateConstant) {
       form.valueDecay ? "true" : "false", form.readBefore ? "true" : "false",
       keyGateConstant.str(),
       floatLiteral(fixedScale ? fixedScale->convertToDouble() : 0.0),
-      layer.getInputs().size(), sizes(layer.getInputs()),
+      layer.getInputs().size(), layer.getParams().size(),
+      sizes(layer.getInputs()),
       sizes(layer.getParams()));
 }
 

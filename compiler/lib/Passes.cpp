@@ -83,6 +83,18 @@ int64_t lateRowBytes(LayerOp layer, const NormalForm &form,
               : 0);
 }
 
+/// Bytes of the per-head parameters the chunkwise kernel keeps in shared
+/// memory (ChunkParams in templates/linac/cuda/chunk.h): fp32, each from a
+/// 16-byte boundary.
+int64_t paramBytes(LayerOp layer) {
+  int64_t bytes = 0;
+  for (BlockArgument param : layer.getParams()) {
+    auto tensor = dyn_cast<RankedTensorType>(param.getType());
+    bytes += llvm::alignTo(4 * (tensor ? tensor.getNumElements() : 1), 16);
+  }
+  return bytes;
+}
+
 /// Dynamic shared memory of the chunkwise CUDA kernel: the layout of
 /// ChunkLayout in templates/linac/cuda/chunk.h, which the generated source
 /// checks against this number.
@@ -99,7 +111,7 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
               : form.keyDecay == KeyDecayKind::None ? 1
                                                     : 2) +
          (state.getNormalized() ? 4 * (state.getKeyDim() + c) : 0) +
-         (erase ? 4 * c * 20 : 0);
+         (erase ? 4 * c * 20 : 0) + paramBytes(layer);
 }
 
 /// Inputs the chunkwise kernel copies into shared memory a chunk ahead

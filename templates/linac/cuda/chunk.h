@@ -146,6 +146,40 @@ template <typename Layer, bool Late = false> struct SharedInputRows {
 /// The scalar inputs (those not in SharedInputRows) of a warp's tokens of a
 /// chunk: lane r holds those of row warp + kChunkWarps r, loaded with the
 /// rows, a chunk ahead.
+/// The per-head parameters in shared memory, fp32, each from a 16-byte
+/// boundary: every token's prologue reads them, the block copies them once.
+template <typename Layer> struct ChunkParams {
+  LINAC_HOST_DEVICE static constexpr int bytes(int i) {
+    return int((4 * Layer::paramSize(i) + 15) / 16 * 16);
+  }
+  /// Where each parameter starts: a table, so that an index known only
+  /// after inlining folds.
+  struct Offsets {
+    int at[Layer::kNumParams + 1];
+    LINAC_HOST_DEVICE constexpr Offsets() : at() {
+      for (int i = 0; i < Layer::kNumParams; ++i)
+        at[i + 1] = at[i] + bytes(i);
+    }
+  };
+  LINAC_HOST_DEVICE static constexpr int offset(int i) {
+    constexpr Offsets offsets{};
+    return offsets.at[i];
+  }
+  static constexpr int kBytes = offset(Layer::kNumParams);
+
+  /// Copies head `head`'s parameters to `to`, every thread of the block
+  /// taking a share; the block synchronises before they are read.
+  template <typename T>
+  LINAC_DEVICE static void copy(const linac_cuda_forward_args &args, int head,
+                                char *to) {
+    for (int i = 0; i < Layer::kNumParams; ++i) {
+      const float *from = Token<Layer, T>{args, 0, head}.param(i);
+      for (int e = threadIdx.x; e < Layer::paramSize(i); e += blockDim.x)
+        reinterpret_cast<float *>(to + offset(i))[e] = from[e];
+    }
+  }
+};
+
 /// Whether input i of Layer is in SharedInputRows, early or late.
 template <typename Layer> LINAC_HOST_DEVICE constexpr bool inSharedRows(int i) {
   return Layer::sharedInput(i) || Layer::lateSharedInput(i);
@@ -311,11 +345,15 @@ template <typename Layer, typename T> struct StagedInput {
 template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
   const StagedInputs<Layer, T> &staged;
   const ChunkScalars<Layer, T> &scalars;
-  const char *rows, *lateRows;
+  const char *rows, *lateRows, *params;
   int row;
   /// The generated prologue passes constant indices, so slots fold.
   LINAC_DEVICE StagedInput<Layer, T> input(int i) const {
     return {staged, scalars, i, rows, lateRows, row};
+  }
+  /// Parameters from ChunkParams' copy.
+  LINAC_DEVICE const float *param(int i) const {
+    return reinterpret_cast<const float *>(params + ChunkParams<Layer>::offset(i));
   }
 };
 
@@ -558,14 +596,15 @@ template <typename Layer> struct ChunkLayout {
       Layer::kNormalizer ? kWeights + 4 * C : kStateNormalizer;
   static constexpr size_t kInputRows =                          // SharedInputRows
       kInverses + (Layer::kErase ? 4 * C * IS : 0);
-  static constexpr size_t kBytes = kInputRows + SharedInputRows<Layer>::kBytes;
+  static constexpr size_t kParams = kInputRows + SharedInputRows<Layer>::kBytes;
+  static constexpr size_t kBytes = kParams + ChunkParams<Layer>::kBytes;
   static_assert(SharedInputRows<Layer, true>::kBytes <= kGates - kLateRows,
                 "the late input rows fit their memory");
   static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *state, *delta;
   float *values, *p, *a, *gates, *stateNormalizer, *weights, *inverses;
-  char *inputRows, *lateInputRows;
+  char *inputRows, *lateInputRows, *params;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
       : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
@@ -580,7 +619,8 @@ template <typename Layer> struct ChunkLayout {
         stateNormalizer(reinterpret_cast<float *>(base + kStateNormalizer)),
         weights(reinterpret_cast<float *>(base + kWeights)),
         inverses(reinterpret_cast<float *>(base + kInverses)),
-        inputRows(base + kInputRows), lateInputRows(base + kLateRows) {}
+        inputRows(base + kInputRows), lateInputRows(base + kLateRows),
+        params(base + kParams) {}
 
   /// Cumulative key-side log-gate of token i at channel d (any d for a
   /// scalar gate); 0 before the chunk and without a gate.
@@ -693,6 +733,10 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
                              lateRows);
   ChunkScalars<Layer, T> scalars;
   scalars.load(args, begin, chunkLength(begin), head, warpIndex);
+  if constexpr (Layer::kNumParams > 0) {
+    ChunkParams<Layer>::template copy<T>(args, head, s.params);
+    __syncthreads();
+  }
   for (int64_t start = begin; start < end; start += C) {
     const int L = chunkLength(start);
     // With an erase the prologue writes `values`, which the previous
@@ -709,13 +753,10 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
         StagedInputs<Layer, T> current = next;
         if (i + kChunkWarps < L)
           next.load(Token<Layer, T>{args, start + i + kChunkWarps, head});
-        Layer::Chunk::prologue(StagedToken<Layer, T>{{args, start + i, head},
-                                                     current,
-                                                     scalars,
-                                                     s.inputRows,
-                                                     lateRows,
-                                                     i},
-                               ops);
+        Layer::Chunk::prologue(
+            StagedToken<Layer, T>{{args, start + i, head}, current, scalars,
+                                  s.inputRows, lateRows, s.params, i},
+            ops);
       } else {
         ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
         ops.u = {WarpVec<V>::splat(0.0f), 0.0f};

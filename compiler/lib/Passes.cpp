@@ -73,14 +73,21 @@ int64_t stateCopyBytes(StateType state) {
          (state.getValueDim() + (state.getNormalized() ? 16 : 8));
 }
 
-/// Memory the late input rows may take (ChunkLayout's kLateRows): P and A,
-/// and with a gate the state copy, published then after the prologue.
+/// Bytes of the chunkwise kernel's bf16 Delta (C x (U + 8)).
+int64_t deltaBytes(StateType state, int64_t chunkSize) {
+  return 2 * chunkSize *
+         (state.getValueDim() + (state.getNormalized() ? 16 : 8));
+}
+
+/// Memory the late input rows may take (ChunkLayout's kLateRows): P and A;
+/// with an erase Delta, which the solve writes after the prologue; with a
+/// gate the state copy, published then after the prologue.
 int64_t lateRowBytes(LayerOp layer, const NormalForm &form,
                      int64_t chunkSize) {
+  StateType state = layer.getStateType();
   return productBytes(form, chunkSize) +
-         (form.keyDecay != KeyDecayKind::None
-              ? stateCopyBytes(layer.getStateType())
-              : 0);
+         (form.erase != StrengthKind::None ? deltaBytes(state, chunkSize) : 0) +
+         (form.keyDecay != KeyDecayKind::None ? stateCopyBytes(state) : 0);
 }
 
 /// Bytes of the per-head parameters the chunkwise kernel keeps in shared
@@ -103,9 +110,10 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
   StateType state = layer.getStateType();
   int64_t c = chunkSize;
   int64_t u = state.getValueDim() + (state.getNormalized() ? 8 : 0);
-  int64_t ks = state.getKeyDim() + 8, ds = u + 8, us = u + 4, as = c + 4;
+  int64_t ks = state.getKeyDim() + 8, us = u + 4;
   bool erase = form.erase != StrengthKind::None;
-  return 2 * c * ks * (erase ? 3 : 2) + stateCopyBytes(state) + 2 * c * ds + 4 * c * us + productBytes(form, c) +
+  return 2 * c * ks * (erase ? 3 : 2) + stateCopyBytes(state) +
+         deltaBytes(state, c) + 4 * c * us + productBytes(form, c) +
          4 * c *
              (form.keyDecay == KeyDecayKind::Vector ? ks
               : form.keyDecay == KeyDecayKind::None ? 1

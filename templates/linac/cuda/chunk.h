@@ -63,8 +63,8 @@ template <int K, int V, Gate G> struct ChunkOperands {
 /// of Layer::sharedInput into their own memory as soon as its prologue has
 /// read the previous chunk's, so the copies overlap the rest of that chunk;
 /// those of Layer::lateSharedInput (Late) into the memory of P and A (and,
-/// with a gate, of the state copy) once the previous chunk's products are
-/// done, so they overlap its epilogue.
+/// with an erase, of Delta; with a gate, of the state copy) once the
+/// previous chunk's products are done, so they overlap its epilogue.
 template <typename Layer, bool Late = false> struct SharedInputRows {
   static constexpr int C = Layer::kChunkSize;
   LINAC_HOST_DEVICE static constexpr bool holds(int i) {
@@ -570,19 +570,26 @@ template <typename Layer> struct ChunkLayout {
   static constexpr size_t kQ = 0;                               // bf16 C x KS
   static constexpr size_t kK = kQ + 2 * C * KS;                 // bf16 C x KS
   static constexpr size_t kE = kK + 2 * C * KS;                 // bf16 C x KS
-  static constexpr size_t kDelta =                              // bf16 C x DS
+  static constexpr size_t kValues =                             // f32 C x US
       kE + (Layer::kErase ? 2 * C * KS : 0);
-  static constexpr size_t kValues = kDelta + 2 * C * DS;        // f32 C x US
-  // The state copy, P and A together: the late input rows' memory.
-  static constexpr size_t kState = kValues + 4 * C * US;        // bf16 K x DS
-  static constexpr size_t kP = kState + 2 * K * DS;             // f32 C x AS
+  // The late input rows take P, A and what else is free from the previous
+  // chunk's last barrier to this chunk's prologue barrier: with an erase,
+  // Delta (the solve writes it after the prologue); with a gate, the state
+  // copy (then published after the prologue, beside the cumulative gates
+  // and before their barrier). The order keeps them together.
+  static constexpr bool kPublishAfterPrologue = Layer::kKeyGate != Gate::None;
+  static constexpr size_t kStateBytes = 2 * K * DS, kDeltaBytes = 2 * C * DS;
+  static constexpr size_t kAfterValues = kValues + 4 * C * US;
+  static constexpr size_t kState =                              // bf16 K x DS
+      Layer::kErase ? kAfterValues : kAfterValues + kDeltaBytes;
+  static constexpr size_t kDelta =                              // bf16 C x DS
+      Layer::kErase ? kAfterValues + kStateBytes : kAfterValues;
+  static constexpr size_t kP = kAfterValues + kStateBytes + kDeltaBytes; // f32 C x AS
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
   static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
-  /// With a gate, the state copy is published after the prologue (beside
-  /// the cumulative gates, before their barrier), so its memory is free for
-  /// late input rows too.
-  static constexpr bool kPublishAfterPrologue = Layer::kKeyGate != Gate::None;
-  static constexpr size_t kLateRows = kPublishAfterPrologue ? kState : kP;
+  static constexpr size_t kLateRows = kPublishAfterPrologue ? kState
+                                      : Layer::kErase       ? kDelta
+                                                            : kP;
   // The gates: a key-vector gate's C x KS, or a scalar gate's cumulative
   // log-gates and then each token's factor to the chunk's end. After them,
   // with a normaliser, its column of the state and of Delta in fp32.

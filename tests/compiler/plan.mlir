@@ -64,7 +64,7 @@ linac.layer @odd_dims(%S : !linac.state<24x40>) inputs(%q : tensor<24xf32, #lina
 // K = V = 128 with an erase and a key-vector gate fits sm_90a's 227 KiB but
 // not sm_80's 163 KiB, where it runs as the scan.
 // Its 212992 bytes leave room to stage only the first input in its own
-// memory; the other vectors take that of P, A and the state copy.
+// memory; the other vectors take that of the state copy, Delta, P and A.
 // SM90: linac.layer @large_delta
 // SM90-SAME: family = "delta_chunkwise"
 // SM90-SAME: late_shared_inputs = array<i64: 1, 2, 3>, shared_inputs = array<i64: 0>, shared_memory = 229376 : i64

@@ -95,10 +95,8 @@ int64_t lateRowBytes(LayerOp layer, const NormalForm &form,
 /// 16-byte boundary.
 int64_t paramBytes(LayerOp layer) {
   int64_t bytes = 0;
-  for (BlockArgument param : layer.getParams()) {
-    auto tensor = dyn_cast<RankedTensorType>(param.getType());
-    bytes += llvm::alignTo(4 * (tensor ? tensor.getNumElements() : 1), 16);
-  }
+  for (BlockArgument param : layer.getParams())
+    bytes += llvm::alignTo(4 * elementsOf(param.getType()), 16);
   return bytes;
 }
 

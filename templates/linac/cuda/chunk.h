@@ -353,7 +353,8 @@ template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
   }
   /// Parameters from ChunkParams' copy.
   LINAC_DEVICE const float *param(int i) const {
-    return reinterpret_cast<const float *>(params + ChunkParams<Layer>::offset(i));
+    return reinterpret_cast<const float *>(params +
+                                           ChunkParams<Layer>::offset(i));
   }
 };
 
@@ -584,7 +585,8 @@ template <typename Layer> struct ChunkLayout {
       Layer::kErase ? kAfterValues : kAfterValues + kDeltaBytes;
   static constexpr size_t kDelta =                              // bf16 C x DS
       Layer::kErase ? kAfterValues + kStateBytes : kAfterValues;
-  static constexpr size_t kP = kAfterValues + kStateBytes + kDeltaBytes; // f32 C x AS
+  static constexpr size_t kP =                                  // f32 C x AS
+      kAfterValues + kStateBytes + kDeltaBytes;
   static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
   static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
   static constexpr size_t kLateRows = kPublishAfterPrologue ? kState

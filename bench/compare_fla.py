@@ -34,23 +34,29 @@ copied there (FLA needs torch, triton, einops and transformers):
       -DCMAKE_PREFIX_PATH=$PWD/.deps && cmake --build build-gpu &&
   PYTHONPATH=$PWD/.fla python3 bench/compare_fla.py --packages .gpu-packages \\
       --lib build-gpu/lib/liblinac.so --examples linear_attention,gated_deltanet
-Importing fla takes about 20 s and FLA autotunes each op on its first call
-at each shape (25 to 50 s an op on an H200), so all eleven in one command
-take several minutes. bench/fla_mapping_check.py checks the example -> FLA
-mapping against a float32 recurrence of the spec (all eleven agreed to 4e-3
-in bf16 on an H200).
+Importing fla takes about 20 s, and FLA's Triton kernels compile and
+autotune on an op's first call at each shape (25 to 50 s an op on an
+H200). So that all eleven fit in a few minutes, the kernels are first
+compiled in --warm-jobs processes side by side (into Triton's disk
+cache); autotuning is not cached by them (TRITON_CACHE_AUTOTUNING=0), so
+the timing run still tunes each op alone on an idle GPU.
+bench/fla_mapping_check.py checks the example -> FLA mapping against a
+float32 recurrence of the spec (all eleven agreed to 4e-3 in bf16 on an
+H200).
 
 python3 bench/compare_fla.py --selftest checks the floor formula against
 PERF.md's floor column without torch or a GPU.
 """
 
 import argparse
+import concurrent.futures
 import glob
 import importlib
 import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
@@ -317,6 +323,21 @@ def run_case(name, ex, pkg, a, dtype, copy, gemm):
             'copy_tbps': round(copy, 3), 'gemm_tflops': round(gemm, 1)}
 
 
+def warm_fla(names, a):
+    """FLA's kernels for each example compiled in a process of its own,
+    a.warm_jobs at a time, both as the check and as the timing call them."""
+    env = {**os.environ, 'TRITON_CACHE_AUTOTUNING': '0'}
+    def warm(name):
+        cmd = [sys.executable, os.path.abspath(__file__), '--warm-only', '--examples', name,
+               '-B', str(a.B), '-T', str(a.T), '-H', str(a.H), '--dtype', a.dtype]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ['no output'])[-1]
+            print(f'# {name}: warm-up failed ({last}); it compiles in the timing run', flush=True)
+    with concurrent.futures.ThreadPoolExecutor(a.warm_jobs) as pool:
+        list(pool.map(warm, names))
+
+
 def table(rows):
     cols = [('variant', '%-17s', 'variant'), ('linac_ms', '%9s', 'linac ms'),
             ('fla_ms', '%8s', 'FLA ms'), ('speedup', '%8s', 'speedup'),
@@ -365,6 +386,9 @@ def main():
     p.add_argument('--runs', type=int, default=100, help='timed runs (median; at least 50)')
     p.add_argument('--warmup', type=int, default=10)
     p.add_argument('--chunk', type=int, default=64, help='chunk size C in the floor FLOPs')
+    p.add_argument('--warm-jobs', type=int, default=min(8, os.cpu_count() or 1),
+                   help="processes compiling FLA's kernels side by side before timing (0: none)")
+    p.add_argument('--warm-only', action='store_true', help=argparse.SUPPRESS)
     p.add_argument('--selftest', action='store_true', help='check the floor formula, no GPU')
     a = p.parse_args()
     if a.selftest:
@@ -378,12 +402,24 @@ def main():
     import linac_cuda
     dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'fp32': torch.float32}[a.dtype]
 
+    names = a.examples.split(',')
+    if a.warm_only:
+        with torch.no_grad():
+            for name in names:
+                x = draw(EXAMPLES[name], a.B, a.T, a.H, dtype, seed=1)
+                EXAMPLES[name].fla(x)(torch.randn(a.B, a.H, K, V, device='cuda'), True)
+                EXAMPLES[name].fla(x)(None, False)
+            torch.cuda.synchronize()
+        return
+    if a.warm_jobs > 0:
+        warm_fla([n for n in names if n in EXAMPLES], a)
+
     rows = []
     with torch.no_grad():
         copy, gemm = ceilings(a.runs, a.warmup)
         print(f'# {torch.cuda.get_device_name()}: copy {copy:.3f} TB/s, bf16 GEMM {gemm:.1f} TFLOP/s',
               flush=True)
-        for name in a.examples.split(','):
+        for name in names:
             if name not in EXAMPLES:
                 print(f'# skip {name}: {NO_FLA.get(name, "no FLA counterpart")}', flush=True)
                 continue

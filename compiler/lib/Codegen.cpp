@@ -88,9 +88,20 @@ private:
   std::string valueVec();
   void line(const std::string &text) { body += "    " + text + "\n"; }
 
-  /// Emits the ops that `roots` need, in body order; values already named
-  /// (the read in the epilogue) are not recomputed.
-  void emitSlice(ArrayRef<Value> roots);
+  /// Where emitSlice puts the values that are not state ops.
+  enum class Placement {
+    /// Arguments first, then every op in body order.
+    BodyOrder,
+    /// Each just before its first use: a step holds the state in registers,
+    /// so that fewer values are live beside it.
+    FirstUse,
+  };
+  /// Emits the ops that `roots` need, state ops in body order; values
+  /// already named (the read in the epilogue) are not recomputed.
+  void emitSlice(ArrayRef<Value> roots, Placement placement);
+  /// Emits `value` and what it needs, unless already named.
+  void emitOnDemand(Value value);
+  void emitPure(Operation *op);
   void emitArgument(BlockArgument arg);
   std::string expression(Operation *op);
   void emitStateOp(Operation *op);
@@ -242,7 +253,38 @@ void BodyEmitter::emitStateOp(Operation *op) {
       names[result] = "state";
 }
 
-void BodyEmitter::emitSlice(ArrayRef<Value> roots) {
+/// Whether `op` computes a value from values alone (no state in or out).
+static bool isPure(Operation &op) {
+  return op.getNumResults() == 1 &&
+         !isa<StateType>(op.getResult(0).getType()) && !isa<ReadOp>(op);
+}
+
+void BodyEmitter::emitPure(Operation *op) {
+  std::string id = fmt::format("v{}", names.size());
+  std::string value = expression(op);
+  if (value.empty()) {
+    op->emitError("no backend can lower this op");
+    failed = true;
+  }
+  line(fmt::format("const auto {} = {};", id, value));
+  names[op->getResult(0)] = id;
+}
+
+void BodyEmitter::emitOnDemand(Value value) {
+  if (names.count(value))
+    return;
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    if (arg != layer.getState())
+      emitArgument(arg);
+    return;
+  }
+  Operation *op = value.getDefiningOp();
+  for (Value operand : op->getOperands())
+    emitOnDemand(operand);
+  emitPure(op);
+}
+
+void BodyEmitter::emitSlice(ArrayRef<Value> roots, Placement placement) {
   llvm::SetVector<Operation *> needed;
   llvm::SetVector<BlockArgument> args;
   SmallVector<Value> worklist(roots.begin(), roots.end());
@@ -258,14 +300,24 @@ void BodyEmitter::emitSlice(ArrayRef<Value> roots) {
     if (needed.insert(value.getDefiningOp()))
       llvm::append_range(worklist, value.getDefiningOp()->getOperands());
   }
-  for (BlockArgument arg : layer.getBody().getArguments())
-    if (args.contains(arg))
-      emitArgument(arg);
+  bool firstUse = placement == Placement::FirstUse;
+  if (!firstUse)
+    for (BlockArgument arg : layer.getBody().getArguments())
+      if (args.contains(arg))
+        emitArgument(arg);
   // An erase whose state only a write with the same key takes.
   EraseOp pendingErase;
   for (Operation &op : layer.getBody().front()) {
     if (!needed.contains(&op) || isa<YieldOp>(op))
       continue;
+    if (isPure(op)) {
+      if (!firstUse)
+        emitPure(&op);
+      continue;
+    }
+    if (firstUse)
+      for (Value operand : op.getOperands())
+        emitOnDemand(operand);
     if (auto erase = dyn_cast<EraseOp>(op);
         erase && flavor.fusedEraseWrite && erase.getResult().hasOneUse()) {
       auto next = dyn_cast<WriteOp>(*erase.getResult().getUsers().begin());
@@ -281,20 +333,12 @@ void BodyEmitter::emitSlice(ArrayRef<Value> roots) {
       pendingErase = nullptr;
       continue;
     }
-    if (op.getNumResults() == 1 && !isa<StateType>(op.getResult(0).getType()) &&
-        !isa<ReadOp>(op)) {
-      std::string id = fmt::format("v{}", names.size());
-      std::string value = expression(&op);
-      if (value.empty()) {
-        op.emitError("no backend can lower this op");
-        failed = true;
-      }
-      line(fmt::format("const auto {} = {};", id, value));
-      names[op.getResult(0)] = id;
-    } else {
-      emitStateOp(&op);
-    }
+    emitStateOp(&op);
   }
+  if (firstUse)
+    for (Value root : roots)
+      if (root)
+        emitOnDemand(root);
 }
 
 std::string BodyEmitter::sumOf(ArrayRef<Value> gates, bool keySide) {
@@ -372,7 +416,7 @@ std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
   llvm::append_range(roots, form.valueGates);
   roots.push_back(form.eraseStrength);
   roots.push_back(form.writeStrength);
-  emitSlice(roots);
+  emitSlice(roots, Placement::BodyOrder);
   line(fmt::format("out.q = {};", name(form.query)));
   line(fmt::format("out.k = {};", name(form.key)));
   bool scalarGate = llvm::all_of(
@@ -399,7 +443,7 @@ std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
   names.clear();
   names[form.read.getOutput()] = "read";
   auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
-  emitSlice({yield.getOutput()});
+  emitSlice({yield.getOutput()}, Placement::BodyOrder);
   line(fmt::format("store(out, {});", name(yield.getOutput())));
   return text + function(epilogueSignature);
 }
@@ -409,7 +453,7 @@ std::string BodyEmitter::stepFunction(const Flavor &bodyFlavor,
   flavor = bodyFlavor;
   names.clear();
   auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
-  emitSlice({yield.getState(), yield.getOutput()});
+  emitSlice({yield.getState(), yield.getOutput()}, Placement::FirstUse);
   line(fmt::format("store(out, {});", name(yield.getOutput())));
   return function(signature);
 }

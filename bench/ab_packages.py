@@ -73,7 +73,7 @@ def main():
     print(f'{"variant":22s} {"mode":8s} {"B":>4s} {"baseline":>9s} {"candidate":>9s} {"speed-up":>8s}')
     for variant, mode, batch in cases:
         a, b = best[('baseline', variant, mode, batch)], best[('candidate', variant, mode, batch)]
-        print(f'{variant:22s} {mode:8s} {batch:4d} {a:9.3f} {b:9.3f} {a / b:7.3f}x')
+        print(f'{variant:22s} {mode:8s} {batch:4d} {a:9.4f} {b:9.4f} {a / b:7.3f}x')
 
 
 if __name__ == '__main__':

@@ -61,6 +61,15 @@ std::string floatLiteral(double value) {
   return digits + "f";
 }
 
+/// Where generated code puts the values that are not state ops.
+enum class Placement {
+  /// Arguments first, then every op in body order.
+  BodyOrder,
+  /// Each just before its first use, so that fewer are live beside a state
+  /// held in registers (the plan's decode_placement = "first_use").
+  FirstUse,
+};
+
 class BodyEmitter {
 public:
   explicit BodyEmitter(LayerOp layer)
@@ -72,7 +81,8 @@ public:
   std::string chunkFunctions(const Flavor &flavor, StringRef prologueSignature,
                              StringRef epilogueSignature);
   /// The whole step, for the recurrent scan.
-  std::string stepFunction(const Flavor &flavor, StringRef signature);
+  std::string stepFunction(const Flavor &flavor, StringRef signature,
+                           Placement placement = Placement::BodyOrder);
   bool failed = false;
   LayerOp layer;
   NormalForm form;
@@ -88,14 +98,6 @@ private:
   std::string valueVec();
   void line(const std::string &text) { body += "    " + text + "\n"; }
 
-  /// Where emitSlice puts the values that are not state ops.
-  enum class Placement {
-    /// Arguments first, then every op in body order.
-    BodyOrder,
-    /// Each just before its first use: a step holds the state in registers,
-    /// so that fewer values are live beside it.
-    FirstUse,
-  };
   /// Emits the ops that `roots` need, state ops in body order; values
   /// already named (the read in the epilogue) are not recomputed.
   void emitSlice(ArrayRef<Value> roots, Placement placement);
@@ -449,11 +451,12 @@ std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
 }
 
 std::string BodyEmitter::stepFunction(const Flavor &bodyFlavor,
-                                      StringRef signature) {
+                                      StringRef signature,
+                                      Placement placement) {
   flavor = bodyFlavor;
   names.clear();
   auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
-  emitSlice({yield.getState(), yield.getOutput()}, Placement::FirstUse);
+  emitSlice({yield.getState(), yield.getOutput()}, placement);
   line(fmt::format("store(out, {});", name(yield.getOutput())));
   return function(signature);
 }
@@ -464,9 +467,14 @@ int64_t planInteger(LayerOp layer, StringRef name) {
       .getInt();
 }
 
+StringRef planString(LayerOp layer, StringRef name) {
+  return layer->getAttrOfType<DictionaryAttr>(kPlanAttr)
+      .getAs<StringAttr>(name)
+      .getValue();
+}
+
 bool isRecurrent(LayerOp layer) {
-  auto plan = layer->getAttrOfType<DictionaryAttr>(kPlanAttr);
-  return plan.getAs<StringAttr>("family").getValue() == "recurrent";
+  return planString(layer, "family") == "recurrent";
 }
 
 std::string header(LayerOp layer, StringRef include) {
@@ -565,11 +573,16 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
       "template <typename Token, typename State, typename Out> "
       "LINAC_DEVICE static void step(const Token &token, "
       "State &state, float scale, Out *out)";
+  Placement decodePlacement =
+      planString(layer, "decode_placement") == "first_use"
+          ? Placement::FirstUse
+          : Placement::BodyOrder;
   out += (recurrent ? "" : "\n") +
          nested("Scan", emitter.stepFunction(kScanFlavor, stepSignature)) +
          "\n" +
          nested("Decode", "using Split = DecodeSplit<K, V, kDecodeWarps>;\n" +
-                              emitter.stepFunction(kDecodeFlavor, stepSignature)) +
+                              emitter.stepFunction(kDecodeFlavor, stepSignature,
+                                                   decodePlacement)) +
          "};\n\n} // namespace\n\n";
   if (!recurrent)
     out += fmt::format(

@@ -8,7 +8,7 @@
 // CHECK: struct Decode {
 // CHECK-NOT: eraseWrite
 // CHECK: state.erase(arg_e, {{.*}} * arg_e);
-// CHECK: state.write(arg_k, arg_v, 1.0f);
+// CHECK-NEXT: state.write(arg_k, arg_v, 1.0f);
 
 !key = tensor<16xf32, #linac.key>
 !value = tensor<16xf32, #linac.value>

@@ -71,14 +71,8 @@
 // SOURCE: state.write(
 // SOURCE: struct Decode {
 // SOURCE-NEXT: using Split = DecodeSplit<K, V, kDecodeWarps>;
-// A step computes each value just before its first use, so that fewer are
-// live beside the state: the key is loaded after the decay, the query after
-// the update.
-// SOURCE: state.decay(
-// SOURCE-NEXT: KeyRows<16, Split>::load(token.input(1))
+// SOURCE: KeyRows<16, Split>::load(token.input(0))
 // SOURCE: state.eraseWrite(arg_k, {{.*}} * arg_k, {{.*}} * arg_v, v{{[0-9]+}});
-// SOURCE-NEXT: const auto arg_q = KeyRows<16, Split>::load(token.input(0));
-// SOURCE-NEXT: state.read(arg_q, scale);
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
 // SOURCE: LINAC_CHUNK_KERNELS(Layer)
 // SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)

@@ -1,0 +1,14 @@
+// A decode step whose vector arguments would not fit in registers beside
+// the state, all loaded before its first state op, computes each value
+// just before its first use. At K = V = 128 a thread holds 64 state floats
+// and 8 of each vector; the limit is 104 floats.
+// RUN: linac-opt %examples/gdn2.mlir -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=GDN2
+// RUN: linac-opt %examples/kda.mlir -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=KDA
+// RUN: linac-opt %examples/gated_deltanet.mlir -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=GDN
+
+// Seven vectors (q, k, v, g, b, w, dt_bias): 64 + 56 = 120 floats.
+// GDN2: decode_placement = "first_use"
+// Five (q, k, v, g, dt_bias): 104, at the limit.
+// KDA: decode_placement = "body_order"
+// Three: 88.
+// GDN: decode_placement = "body_order"

@@ -171,7 +171,7 @@ struct DecodeBlocks {
 
 /// Floats a decode thread would hold at once if a step loaded every vector
 /// argument before its first state op: its part of the state and of each
-/// vector.
+/// vector or matrix.
 int64_t upFrontDecodeFloats(LayerOp layer, const DecodeBlocks &blocks,
                             int64_t slots) {
   int64_t floats = blocks.rows * slots;
@@ -180,6 +180,8 @@ int64_t upFrontDecodeFloats(LayerOp layer, const DecodeBlocks &blocks,
       floats += blocks.rows;
     else if (isValueVector(arg.getType()))
       floats += slots;
+    else if (isMatrixGate(arg.getType()))
+      floats += blocks.rows * slots;
   return floats;
 }
 

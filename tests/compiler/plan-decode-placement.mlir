@@ -5,6 +5,7 @@
 // RUN: linac-opt %examples/gdn2.mlir -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=GDN2
 // RUN: linac-opt %examples/kda.mlir -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=KDA
 // RUN: linac-opt %examples/gated_deltanet.mlir -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=GDN
+// RUN: linac-opt %examples/full_matrix_gate.mlir -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=MATRIX
 
 // Seven vectors (q, k, v, g, b, w, dt_bias): 64 + 56 = 120 floats.
 // GDN2: decode_placement = "first_use"
@@ -12,3 +13,5 @@
 // KDA: decode_placement = "body_order"
 // Three: 88.
 // GDN: decode_placement = "body_order"
+// A full-matrix gate's tile is 64 floats a thread: 64 + 64 + 24 = 152.
+// MATRIX: decode_placement = "first_use"

@@ -144,19 +144,18 @@ SmallVector<int64_t> sharedInputs(LayerOp layer, int64_t chunkSize,
 /// templates/linac/cuda/decode.h): each row lane holds a block of rows.
 struct DecodeBlocks {
   int64_t keys, columns, columnLanes, rowLanes, rows;
+  /// Value columns a thread holds: its share of its warp's strip, whole
+  /// runs of four per column lane.
+  int64_t slots;
 
   DecodeBlocks(StateType state, int64_t warps)
       : keys(state.getKeyDim()),
         columns(state.getValueDim() + (state.getNormalized() ? 1 : 0)),
         columnLanes(llvm::divideCeil(state.getValueDim(), warps) > 4 ? 2 : 1),
-        rowLanes(32 / columnLanes), rows(llvm::divideCeil(keys, rowLanes)) {}
-
-  /// Value columns a thread holds.
-  int64_t slots(int64_t valueDim, int64_t warps) const {
-    int64_t run = 4 * columnLanes;
-    return llvm::divideCeil(llvm::divideCeil(valueDim, warps), run) * run /
-           columnLanes;
-  }
+        rowLanes(32 / columnLanes), rows(llvm::divideCeil(keys, rowLanes)),
+        slots(llvm::divideCeil(llvm::divideCeil(state.getValueDim(), warps),
+                               4 * columnLanes) *
+              4) {}
   /// Shared memory one staged state takes: the blocks, 16 bytes per column
   /// lane apart.
   int64_t stageBytes() const {
@@ -172,16 +171,15 @@ struct DecodeBlocks {
 /// Floats a decode thread would hold at once if a step loaded every vector
 /// argument before its first state op: its part of the state and of each
 /// vector or matrix.
-int64_t upFrontDecodeFloats(LayerOp layer, const DecodeBlocks &blocks,
-                            int64_t slots) {
-  int64_t floats = blocks.rows * slots;
+int64_t upFrontDecodeFloats(LayerOp layer, const DecodeBlocks &blocks) {
+  int64_t floats = blocks.rows * blocks.slots;
   for (BlockArgument arg : layer.getBody().getArguments())
     if (isKeyVector(arg.getType()))
       floats += blocks.rows;
     else if (isValueVector(arg.getType()))
-      floats += slots;
+      floats += blocks.slots;
     else if (isMatrixGate(arg.getType()))
-      floats += blocks.rows * slots;
+      floats += blocks.rows * blocks.slots;
   return floats;
 }
 
@@ -248,9 +246,7 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
         // slower, their loads' latency exposed).
         constexpr int64_t kDecodeRegisterFloats = 128 - 24;
         bool firstUse =
-            upFrontDecodeFloats(layer, blocks,
-                                blocks.slots(valueDim, decodeWarps)) >
-            kDecodeRegisterFloats;
+            upFrontDecodeFloats(layer, blocks) > kDecodeRegisterFloats;
         add("decode_placement",
             b.getStringAttr(firstUse ? "first_use" : "body_order"));
         add("decode_warps", b.getI64IntegerAttr(decodeWarps));

@@ -143,9 +143,6 @@ template <typename Layer, bool Late = false> struct SharedInputRows {
   }
 };
 
-/// The scalar inputs (those not in SharedInputRows) of a warp's tokens of a
-/// chunk: lane r holds those of row warp + kChunkWarps r, loaded with the
-/// rows, a chunk ahead.
 /// The per-head parameters in shared memory, fp32, each from a 16-byte
 /// boundary: every token's prologue reads them, the block copies them once.
 template <typename Layer> struct ChunkParams {
@@ -185,6 +182,9 @@ template <typename Layer> LINAC_HOST_DEVICE constexpr bool inSharedRows(int i) {
   return Layer::sharedInput(i) || Layer::lateSharedInput(i);
 }
 
+/// The scalar inputs (those not in SharedInputRows) of a warp's tokens of a
+/// chunk: lane r holds those of row warp + kChunkWarps r, loaded with the
+/// rows, a chunk ahead.
 template <typename Layer, typename T> struct ChunkScalars {
   LINAC_HOST_DEVICE static constexpr bool holds(int i) {
     return !inSharedRows<Layer>(i) && Layer::inputSize(i) == 1;

@@ -114,16 +114,24 @@ StreamBuffer::~StreamBuffer() {
   driver().cuMemFreeAsync(address_, stream_);
 }
 
+/// Runs f in `context`, if it still exists.
+template <typename F> static void inContext(CUcontext context, F f) {
+  if (driver().cuCtxPushCurrent(context) != CUDA_SUCCESS)
+    return;
+  f();
+  CUcontext popped;
+  driver().cuCtxPopCurrent(&popped);
+}
+
 ModuleCache::~ModuleCache() {
-  // Best effort: a context the caller destroyed took its modules with it,
-  // and pushing it fails.
-  for (const auto &[context, module] : modules_) {
-    if (driver().cuCtxPushCurrent(context) != CUDA_SUCCESS)
-      continue;
-    driver().cuModuleUnload(module.module);
-    CUcontext popped;
-    driver().cuCtxPopCurrent(&popped);
-  }
+  // Best effort: a context the caller destroyed took its modules and
+  // memory with it, and pushing it fails.
+  for (const auto &loaded : modules_)
+    inContext(loaded.first,
+              [&] { driver().cuModuleUnload(loaded.second.module); });
+  for (const auto &counters : workCounters_)
+    inContext(counters.first.first,
+              [&] { driver().cuMemFree(counters.second); });
 }
 
 CUfunction ModuleCache::function(CUcontext context, const std::string &entry,
@@ -174,6 +182,23 @@ int64_t ModuleCache::residentBlocks(CUcontext context, const std::string &entry,
   int64_t blocks = int64_t(std::max(perMultiprocessor, 1)) * multiprocessors;
   residentBlocks_.emplace(key, blocks);
   return blocks;
+}
+
+CUdeviceptr ModuleCache::workCounters(CUcontext context, CUstream stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto key = std::make_pair(context, stream);
+  if (auto known = workCounters_.find(key); known != workCounters_.end())
+    return known->second;
+  constexpr size_t kBytes = 2 * sizeof(unsigned long long);
+  CUdeviceptr counters;
+  check(driver().cuMemAlloc(&counters, kBytes), "cuMemAlloc");
+  if (CUresult zeroed = driver().cuMemsetD8Async(counters, 0, kBytes, stream);
+      zeroed != CUDA_SUCCESS) {
+    driver().cuMemFree(counters);
+    check(zeroed, "cuMemsetD8Async");
+  }
+  workCounters_.emplace(key, counters);
+  return counters;
 }
 
 } // namespace linac::cuda

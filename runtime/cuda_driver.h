@@ -44,6 +44,10 @@ namespace linac::cuda {
   X(cuMemAllocAsync)                                                           \
   X(cuMemcpyHtoDAsync)                                                         \
   X(cuMemFreeAsync)                                                            \
+  X(cuMemAlloc)                                                                \
+  X(cuMemFree)                                                                 \
+  X(cuMemsetD8Async)                                                           \
+  X(cuTensorMapEncodeTiled)                                                    \
   X(cuLaunchKernel)
 
 /// The driver's entry points, called as `driver().cuLaunchKernel(...)`.
@@ -103,6 +107,11 @@ public:
   int64_t residentBlocks(CUcontext context, const std::string &entry,
                          unsigned blockThreads, unsigned sharedMemory);
 
+  /// Two zeroed counters in `context` for the launches of one kernel at a
+  /// time on `stream`, which must leave them zero: kernels that share out
+  /// work through a counter. Safe to call from several threads.
+  CUdeviceptr workCounters(CUcontext context, CUstream stream);
+
 private:
   struct Module {
     CUmodule module;
@@ -112,6 +121,7 @@ private:
   std::mutex mutex_;
   std::map<CUcontext, Module> modules_;
   std::map<std::pair<CUcontext, std::string>, int64_t> residentBlocks_;
+  std::map<std::pair<CUcontext, CUstream>, CUdeviceptr> workCounters_;
 };
 
 } // namespace linac::cuda

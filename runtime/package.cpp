@@ -14,6 +14,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <type_traits>
@@ -157,6 +158,16 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
       const nlohmann::json &decode = manifest.at("decode");
       package->decodeKernels_ = kernelsOf(decode.at("kernels"));
       package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
+      package->decodeParts_ = decode.at("parts").get<int64_t>();
+      if (package->decodeParts_ < 1 ||
+          package->valueDim_ % package->decodeParts_ != 0)
+        throw packageError(path, "decode parts " +
+                                     std::to_string(package->decodeParts_) +
+                                     " do not divide the value columns");
+      std::string staging = decode.at("staging").get<std::string>();
+      if (staging != "direct" && staging != "bulk" && staging != "tensor")
+        throw packageError(path, "unknown decode staging '" + staging + "'");
+      package->decodeTensorMap_ = staging == "tensor";
       if (decode.at("state_layout").get<std::string>() != "key_major")
         throw packageError(path, "decode state layout " +
                                      decode.at("state_layout").dump() +
@@ -607,14 +618,47 @@ void Package::decodeDevice(const DeviceDecodeRequest &request) const {
   if (shape.batch == 0)
     return;
 
-  // As many blocks as the device runs at once, each taking (head, sequence)
-  // items in turn, or one per item when there are fewer.
-  int64_t items = shape.batch * shape.heads;
+  auto stream = static_cast<CUstream>(request.stream);
+  if (decodeTensorMap_ && args.pool_slots > 0)
+    encodeStateMap(args.state_pool, args.pool_slots * shape.heads, args);
+  args.work = reinterpret_cast<unsigned long long *>(
+      modules_->workCounters(context, stream));
+  // As many blocks as the device runs at once, sharing out the items (a
+  // sequence's head's state, or a strip of it), or one per item when there
+  // are fewer.
+  int64_t items = shape.batch * shape.heads * decodeParts_;
   int64_t resident = modules_->residentBlocks(context, kernel.entry,
                                               kernel.blockThreads,
                                               kernel.sharedMemory);
-  launch(kernel, context, &args, std::min(items, resident), 1,
-         static_cast<CUstream>(request.stream));
+  launch(kernel, context, &args, std::min(items, resident), 1, stream);
+}
+
+void Package::encodeStateMap(float *pool, int64_t states,
+                             linac_cuda_decode_args &args) const {
+  // The pool as rows of V floats, one per key row of each state, moved in
+  // boxes of 32 columns by every key row, 128-byte swizzled (DecodeState's
+  // tensor staging in templates/linac/cuda/decode.h).
+  constexpr cuuint32_t kBoxColumns = 32;
+  int64_t rows = states * keyDim_;
+  // Box coordinates are 32-bit signed.
+  if (rows > std::numeric_limits<int32_t>::max())
+    throw argumentError("state pool has " + std::to_string(rows) +
+                        " key rows; decode takes at most 2^31 - 1");
+  cuuint64_t dims[2] = {cuuint64_t(valueDim_), cuuint64_t(rows)};
+  cuuint64_t rowBytes[1] = {cuuint64_t(valueDim_) * sizeof(float)};
+  cuuint32_t box[2] = {kBoxColumns, cuuint32_t(keyDim_)};
+  cuuint32_t elementStrides[2] = {1, 1};
+  static_assert(sizeof(CUtensorMap) == sizeof(linac_cuda_tensor_map) &&
+                    alignof(CUtensorMap) == alignof(linac_cuda_tensor_map),
+                "the ABI's tensor map is the driver's");
+  cuda::check(cuda::driver().cuTensorMapEncodeTiled(
+                  reinterpret_cast<CUtensorMap *>(&args.state_map),
+                  CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, pool, dims, rowBytes,
+                  box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              "cuTensorMapEncodeTiled");
 }
 
 void Package::forwardDevice(const DeviceForwardRequest &request) const {

@@ -16,6 +16,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <fmt/format.h>
@@ -46,13 +47,16 @@ struct Flavor {
   /// The state offers eraseWrite(k, e, u, weight): an erase and then a
   /// write with the same key in one pass.
   bool fusedEraseWrite = false;
+  /// Value vectors are read from the token's first column on (a decode
+  /// item may hold a strip of the value columns).
+  bool valueStrips = false;
 };
 
 const Flavor kCpuFlavor{"Vec<{}>", "Vec<{}>", "Vec<{}>"};
 const Flavor kWarpFlavor{"WarpVec<{}>", "WarpVec<{}>", "", true};
 const Flavor kScanFlavor{"FullVec<{}>", "ColumnVec<{}>", "MatrixColumn<K, V>"};
 const Flavor kDecodeFlavor{"KeyRows<{}, Split>", "ValueColumns<{}, Split>",
-                           "MatrixTile<K, V, Split>", false, true};
+                           "MatrixTile<K, V, Split>", false, true, true};
 
 std::string floatLiteral(double value) {
   std::string digits = fmt::format("{:.9g}", value);
@@ -142,7 +146,10 @@ void BodyEmitter::emitArgument(BlockArgument arg) {
   if (param)
     index -= layer.getInputNames().size();
   std::string source =
-      fmt::format("token.{}({})", param ? "param" : "input", index);
+      fmt::format("token.{}({}){}", param ? "param" : "input", index,
+                  flavor.valueStrips && isValueVector(arg.getType())
+                      ? " + token.firstColumn"
+                      : "");
   if (arg.getType().isF32())
     line(fmt::format("const float {} = loadScalar({});", id, source));
   else
@@ -473,6 +480,15 @@ StringRef planString(LayerOp layer, StringRef name) {
       .getValue();
 }
 
+/// The DecodeStaging enumerator (templates/linac/cuda/decode.h) of the
+/// plan's decode_staging.
+StringRef decodeStagingName(StringRef staging) {
+  return llvm::StringSwitch<StringRef>(staging)
+      .Case("tensor", "Tensor")
+      .Case("bulk", "Bulk")
+      .Default("Direct");
+}
+
 bool isRecurrent(LayerOp layer) {
   return planString(layer, "family") == "recurrent";
 }
@@ -547,9 +563,14 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
       "struct Layer {\n" +
       emitter.constants(fmt::format(
           "  static constexpr Gate kKeyGate = Gate::{};\n"
-          "  static constexpr int kDecodeWarps = {}, kDecodeStages = {};\n{}{}",
+          "  static constexpr int kDecodeWarps = {}, kDecodeStages = {}, "
+          "kDecodeParts = {};\n"
+          "  static constexpr DecodeStaging kDecodeStaging = "
+          "DecodeStaging::{};\n{}{}",
           gate.str(), planInteger(layer, "decode_warps"),
           planInteger(layer, "decode_stages"),
+          planInteger(layer, "decode_parts"),
+          decodeStagingName(planString(layer, "decode_staging")),
           inputFlags("sharedInput", "shared_inputs"),
           inputFlags("lateSharedInput", "late_shared_inputs")));
   // The functions run by the chunkwise kernels and by the scan, each set in
@@ -580,9 +601,11 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
   out += (recurrent ? "" : "\n") +
          nested("Scan", emitter.stepFunction(kScanFlavor, stepSignature)) +
          "\n" +
-         nested("Decode", "using Split = DecodeSplit<K, V, kDecodeWarps>;\n" +
-                              emitter.stepFunction(kDecodeFlavor, stepSignature,
-                                                   decodePlacement)) +
+         nested("Decode",
+                "using Split = DecodeSplit<K, V / kDecodeParts, kDecodeWarps, "
+                "kDecodeStaging == DecodeStaging::Tensor>;\n" +
+                    emitter.stepFunction(kDecodeFlavor, stepSignature,
+                                         decodePlacement)) +
          "};\n\n} // namespace\n\n";
   if (!recurrent)
     out += fmt::format(

@@ -140,31 +140,44 @@ SmallVector<int64_t> sharedInputs(LayerOp layer, int64_t chunkSize,
   return shared;
 }
 
-/// How a decode group splits a state (DecodeSplit and DecodeState in
-/// templates/linac/cuda/decode.h): each row lane holds a block of rows.
+/// How a decode group splits a state, or a strip of `parts` of its value
+/// columns (DecodeSplit and DecodeState in templates/linac/cuda/decode.h).
 struct DecodeBlocks {
-  int64_t keys, columns, columnLanes, rowLanes, rows;
+  int64_t keys, columns, rowStride, columnLanes, rowLanes, rows;
   /// Value columns a thread holds: its share of its warp's strip, whole
   /// runs of four per column lane.
   int64_t slots;
 
-  DecodeBlocks(StateType state, int64_t warps)
+  DecodeBlocks(StateType state, int64_t warps, int64_t parts)
       : keys(state.getKeyDim()),
-        columns(state.getValueDim() + (state.getNormalized() ? 1 : 0)),
-        columnLanes(llvm::divideCeil(state.getValueDim(), warps) > 4 ? 2 : 1),
+        columns(state.getValueDim() / parts + (state.getNormalized() ? 1 : 0)),
+        rowStride(state.getValueDim() + (state.getNormalized() ? 1 : 0)),
+        columnLanes(
+            llvm::divideCeil(state.getValueDim() / parts, warps) > 4 ? 2 : 1),
         rowLanes(32 / columnLanes), rows(llvm::divideCeil(keys, rowLanes)),
-        slots(llvm::divideCeil(llvm::divideCeil(state.getValueDim(), warps),
-                               4 * columnLanes) *
+        slots(llvm::divideCeil(
+                  llvm::divideCeil(state.getValueDim() / parts, warps),
+                  4 * columnLanes) *
               4) {}
-  /// Shared memory one staged state takes: the blocks, 16 bytes per column
-  /// lane apart.
-  int64_t stageBytes() const {
+  /// Shared memory one state staged by bulk copies takes: each row lane's
+  /// block of rows, 16 bytes per column lane apart.
+  int64_t bulkStageBytes() const {
     return rowLanes * (rows * columns + 4 * columnLanes) * 4;
   }
-  /// Whether every block is whole 16-byte runs, as the bulk copy engine
-  /// moves them.
+  /// Whether the bulk copy engine can move a whole state: every block of
+  /// rows is whole 16-byte runs.
   bool blocksAreRuns() const {
     return rows * columns % 4 == 0 && keys % rows * columns % 4 == 0;
+  }
+  /// Whether a tensor map can move a strip in boxes of kBoxColumns columns
+  /// by every key row, 128-byte swizzled: rows of whole 16-byte runs, at
+  /// most 256 of them, and row lanes that take interleaved pairs of rows
+  /// (row % 8 apart within a quarter-warp) so that the swizzle keeps a
+  /// quarter-warp's reads on different banks.
+  static constexpr int64_t kBoxColumns = 32;
+  bool stripsAreBoxes() const {
+    return columns % kBoxColumns == 0 && rowStride % 4 == 0 && keys <= 256 && columnLanes == 2 &&
+           keys % (2 * rowLanes) == 0;
   }
 };
 
@@ -181,6 +194,21 @@ int64_t upFrontDecodeFloats(LayerOp layer, const DecodeBlocks &blocks) {
     else if (isMatrixGate(arg.getType()))
       floats += blocks.rows * blocks.slots;
   return floats;
+}
+
+/// Whether decode items may hold strips of a state's value columns: no
+/// normaliser column, no full-matrix gate, and no sum over the value axis
+/// in the step, which a strip would see only part of.
+bool takesValueStrips(LayerOp layer) {
+  if (layer.getStateType().getNormalized())
+    return false;
+  WalkResult found = layer.walk([](Operation *op) {
+    bool valueSum = isa<L2NormOp, DotOp>(op) &&
+                    isValueVector(op->getOperand(0).getType());
+    return valueSum || isa<MatrixGateOp>(op) ? WalkResult::interrupt()
+                                             : WalkResult::advance();
+  });
+  return !found.wasInterrupted();
 }
 
 /// The most dynamic shared memory one block may have.
@@ -203,6 +231,11 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
           << "decode-warps must be 8 or 16, got " << decodeWarps.getValue();
       return signalPassFailure();
     }
+    if (gpu && decodeParts != 1 && decodeParts != 2 && decodeParts != 4) {
+      getOperation().emitError()
+          << "decode-parts must be 1, 2 or 4, got " << decodeParts.getValue();
+      return signalPassFailure();
+    }
     getOperation().walk([&](LayerOp layer) {
       if (!layer->hasAttr(kNormalFormAttr)) {
         layer.emitError("has no normal form; run -linac-normalize first");
@@ -223,20 +256,62 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       add("decode_state_layout", b.getStringAttr("key_major"));
       if (gpu) {
         // One block of 16 warps per multiprocessor, in groups of
-        // decode-warps warps, each computing an item, around a ring of up to
-        // three stages that the bulk copy engine of sm_90a fills and drains
-        // (measured on an H200 at K = V = 128: a copy through three stages
-        // reached 89% of the copy ceiling, two blocks of one stage 76%).
-        // Blocks of rows of whole 16-byte runs only; other states load
+        // decode-warps warps, each computing an item, each group around a
+        // ring of stages that sm_90a's copy engines fill and drain; the
+        // groups take items from a counter the grid shares, so that a
+        // multiprocessor that memory serves more slowly takes fewer.
+        // Measured on an H200 at K = V = 128 with no step (bench/
+        // decode_ring.cu): strips of 64 columns, three stages a group,
+        // moved by a tensor map's boxes, reached 92% / 77% of the copy
+        // ceiling at B256 / B64, whole states by bulk copies of row blocks
+        // 89% / 75%, and items dealt to blocks in turn 3 to 6 points less.
+        // States a strip cannot hold take whole-state items by bulk copies
+        // of their rows where those are whole 16-byte runs, else load
         // directly.
         constexpr int64_t kReductionBytes = 1024;
         constexpr int64_t kBlockThreads = 512;
-        DecodeBlocks blocks(state, decodeWarps);
-        int64_t stage = blocks.stageBytes();
+        // The 128-byte swizzle repeats every 1024 bytes, so a stage must
+        // start on such a boundary; dynamic shared memory is only promised
+        // 16-byte alignment.
+        constexpr int64_t kSwizzleAlignment = 1024;
         int64_t room = sharedMemoryLimit(target) - kReductionBytes;
-        int64_t stages = 0;
-        if (target == "sm_90a" && blocks.blocksAreRuns())
-          stages = std::min<int64_t>(3, room / stage);
+        // decode-warps warps take a state, decode-warps / parts a strip.
+        int64_t itemWarps = decodeWarps, parts = 1;
+        StringRef staging = "direct";
+        int64_t stagesPerGroup = 0, stageBytes = 0, sharedBytes = 0;
+        if (target == "sm_90a" && decodeParts > 1 && takesValueStrips(layer) &&
+            valueDim % decodeParts == 0 &&
+            decodeWarps % decodeParts == 0 &&
+            DecodeBlocks(state, decodeWarps / decodeParts, decodeParts)
+                .stripsAreBoxes()) {
+          parts = decodeParts;
+          itemWarps = decodeWarps / parts;
+          staging = "tensor";
+          stageBytes = state.getKeyDim() * (valueDim / parts) * 4;
+          stagesPerGroup = std::min<int64_t>(
+              3, (room - kSwizzleAlignment) /
+                     (stageBytes * (kBlockThreads / 32 / itemWarps)));
+          sharedBytes = stagesPerGroup * (kBlockThreads / 32 / itemWarps) *
+                            stageBytes +
+                        kSwizzleAlignment;
+        }
+        if (stagesPerGroup == 0) {
+          parts = 1;
+          itemWarps = decodeWarps;
+        }
+        int64_t groups = kBlockThreads / 32 / itemWarps;
+        DecodeBlocks blocks(state, itemWarps, parts);
+        if (stagesPerGroup == 0 && target == "sm_90a" &&
+            blocks.blocksAreRuns()) {
+          staging = "bulk";
+          stageBytes = blocks.bulkStageBytes();
+          stagesPerGroup = std::min<int64_t>(3, room / (stageBytes * groups));
+          sharedBytes = stagesPerGroup * groups * stageBytes;
+        }
+        if (stagesPerGroup == 0) {
+          staging = "direct";
+          sharedBytes = 0;
+        }
         // A decode thread has 128 registers (512 threads a multiprocessor);
         // with about 24 for addresses, indices and temporaries, a step
         // whose vector arguments would not fit beside the state loads and
@@ -249,10 +324,12 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
             upFrontDecodeFloats(layer, blocks) > kDecodeRegisterFloats;
         add("decode_placement",
             b.getStringAttr(firstUse ? "first_use" : "body_order"));
-        add("decode_warps", b.getI64IntegerAttr(decodeWarps));
+        add("decode_staging", b.getStringAttr(staging));
+        add("decode_warps", b.getI64IntegerAttr(itemWarps));
+        add("decode_parts", b.getI64IntegerAttr(parts));
         add("decode_block_threads", b.getI64IntegerAttr(kBlockThreads));
-        add("decode_stages", b.getI64IntegerAttr(stages));
-        add("decode_shared_memory", b.getI64IntegerAttr(stages * stage));
+        add("decode_stages", b.getI64IntegerAttr(stagesPerGroup * groups));
+        add("decode_shared_memory", b.getI64IntegerAttr(sharedBytes));
       }
       // Why a chunkable body still runs as a scan on GPUs: the chunkwise
       // kernel keeps a head's whole state in one block's registers and

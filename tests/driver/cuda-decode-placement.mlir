@@ -1,9 +1,10 @@
 // With decode_placement = "first_use" the decode step loads and computes
 // each value just before the state op that first takes it: the gate before
 // the decay, the key, strengths and value before the update, the query
-// before the read. The recurrent scan keeps body order.
+// before the read. The recurrent scan keeps body order. GDN-2 takes it
+// with 8 warps a whole state (tests/compiler/plan-decode-placement.mlir).
 // RUN: rm -rf %t.linac
-// RUN: linac compile %examples/gdn2.mlir --target sm_90a -o %t.linac
+// RUN: linac compile %examples/gdn2.mlir --target sm_90a --decode-warps 8 --decode-parts 1 -o %t.linac
 // RUN: FileCheck %s --input-file %t.linac/layer.cu
 
 // CHECK: struct Scan {

@@ -62,6 +62,8 @@ nlohmann::json cudaManifest() {
         argument("o", "runtime", "value", "[B, T, H, V]")}},
       {"decode",
        {{"max_tokens", 8},
+        {"parts", 2},
+        {"staging", "tensor"},
         {"state_layout", "key_major"},
         {"kernels", {kernel("linac_decode_float32", "float32", "recurrent", 128, 0)}}}},
       {"kernels",
@@ -334,6 +336,13 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
        "decode state layout \"value_major\" is not key_major"},
       {[](auto &m) { m["decode"]["kernels"][0]["file"] = "other.cubin"; },
        "kernel 'linac_decode_float32' is in 'other.cubin'"},
+      {[](auto &m) { m["decode"]["parts"] = 3; },
+       "decode parts 3 do not divide the value columns"},
+      {[](auto &m) { m["decode"]["parts"] = 0; },
+       "decode parts 0 do not divide the value columns"},
+      {[](auto &m) { m["decode"]["staging"] = "cp.async"; },
+       "unknown decode staging 'cp.async'"},
+      {[](auto &m) { m["decode"].erase("staging"); }, "corrupt manifest"},
   };
   for (const Case &c : cases) {
     nlohmann::json manifest = cudaManifest();

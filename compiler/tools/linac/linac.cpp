@@ -53,8 +53,14 @@ static cl::opt<std::string> targetName("target", cl::desc("cpu, sm_90a or sm_80"
                                        cl::init("cpu"), cl::sub(compileCommand));
 static cl::opt<int64_t> decodeWarps(
     "decode-warps",
-    cl::desc("Warps that compute one GPU decode item: 8 (the default) or 16"),
-    cl::init(8), cl::sub(compileCommand));
+    cl::desc("Warps of a GPU decode block that take one state: 16 (the "
+             "default) or 8"),
+    cl::init(16), cl::sub(compileCommand));
+static cl::opt<int64_t> decodeParts(
+    "decode-parts",
+    cl::desc("Strips of value columns a GPU decode item holds: 1, 2 (the "
+             "default) or 4"),
+    cl::init(2), cl::sub(compileCommand));
 static cl::opt<std::string> outputPath("o", cl::desc("Package directory"),
                                        cl::value_desc("NAME.linac"),
                                        cl::sub(compileCommand));
@@ -351,7 +357,7 @@ static int compile() {
 
   PassManager pm(&context);
   pm.addPass(linac::createLinacNormalize());
-  pm.addPass(linac::createLinacPlan({targetName, decodeWarps}));
+  pm.addPass(linac::createLinacPlan({targetName, decodeWarps, decodeParts}));
   if (failed(pm.run(*module)))
     return 1;
   FailureOr<std::string> source = targetName == "cpu"
@@ -428,6 +434,11 @@ static int compile() {
   if (targetName != "cpu") {
     manifest["cuda_abi_version"] = kCudaAbiVersion;
     decode["kernels"] = decodeKernelList(layer, tools->kernel);
+    auto plan = layer->getAttrOfType<DictionaryAttr>(linac::kPlanAttr);
+    decode["parts"] = plan.getAs<IntegerAttr>("decode_parts").getInt();
+    // With tensor staging the runtime encodes a tensor map of each call's
+    // pool for the kernel (linac_cuda_decode_args::state_map).
+    decode["staging"] = plan.getAs<StringAttr>("decode_staging").getValue();
   } else {
     decode["entry"] = "linac_cpu_decode";
   }

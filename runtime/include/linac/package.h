@@ -13,6 +13,7 @@
 // The driver's context and stream handles, as cuda.h declares them.
 struct CUctx_st;
 struct CUstream_st;
+struct linac_cuda_decode_args;
 
 namespace linac {
 
@@ -187,6 +188,13 @@ private:
   void *forward_ = nullptr;
   void *decode_ = nullptr;
   int64_t maxDecodeTokens_ = 0;
+  /// Decode items a (sequence, head) state makes, one per strip of it.
+  int64_t decodeParts_ = 1;
+  /// Whether the decode kernels stage states through a tensor map.
+  bool decodeTensorMap_ = false;
+  /// Encodes the tensor map of a pool of `states` K x V states into `args`.
+  void encodeStateMap(float *pool, int64_t states,
+                      linac_cuda_decode_args &args) const;
   std::vector<CudaKernel> decodeKernels_;
   /// Launches `kernel` on a (gridX, gridY) grid with one argument struct.
   void launch(const CudaKernel &kernel, CUctx_st *context, void *args,

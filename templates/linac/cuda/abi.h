@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 2
+#define LINAC_CUDA_ABI_VERSION 3
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
 
@@ -40,6 +40,16 @@ typedef struct linac_cuda_forward_args {
   float scale;                /* the read's scale unless the spec fixes it */
 } linac_cuda_forward_args;
 
+/* The driver's opaque CUtensorMap: 128 bytes, 128-byte aligned. */
+typedef struct linac_cuda_tensor_map {
+#ifdef __cplusplus
+  alignas(128)
+#else
+  _Alignas(128)
+#endif
+      uint64_t opaque[16];
+} linac_cuda_tensor_map;
+
 /* A decode step: `tokens` new tokens for each of num_seqs sequences whose
  * states live in a pool [P, H, K, V] (key-major; V + 1 columns with a
  * normaliser). */
@@ -57,6 +67,13 @@ typedef struct linac_cuda_decode_args {
                                    [0, P), such as -1, skips the sequence */
   void *output;                 /* [num_seqs * tokens, H, V], activation dtype */
   float scale;
+  /* Device, two counters that are zero before the launch and that the
+   * kernel leaves zero: the next item to take, and the blocks done. */
+  unsigned long long *work;
+  /* With the manifest's decode staging "tensor", a CUtensorMap of the pool
+   * as rows of V floats (P * H * K of them), 128-byte swizzled boxes of
+   * 32 columns by K rows; else unused. */
+  linac_cuda_tensor_map state_map;
 } linac_cuda_decode_args;
 
 #ifdef __cplusplus

@@ -3,19 +3,21 @@
 // A few new tokens per sequence, so the cost is reading and writing each
 // head's state, and the kernel must keep memory busy. A block of 16 warps
 // runs on each multiprocessor, in groups of Layer::kDecodeWarps warps; a
-// group takes one (head, sequence) item at a time and holds its state in
-// registers: warp w of a group owns a strip of value columns and every key
-// row of it, so the products over the key axis (erase, read) reduce across
-// the lanes of a warp, never across warps, and a step has no barrier. The
-// states move through a ring of Layer::kDecodeStages stages in shared memory
-// shared by the groups, both ways by the bulk copy engine: while the groups
-// compute, the next items' states are on their way in and the last ones'
-// on their way out.
+// group takes one item at a time, a (head, sequence) state or, with
+// Layer::kDecodeParts > 1, one of that many strips of its value columns,
+// and holds it in registers: warp w of a group owns a strip of value
+// columns and every key row of it, so the products over the key axis
+// (erase, read) reduce across the lanes of a warp, never across warps, and
+// a step has no barrier. Each group's states move through its own ring of
+// stages in shared memory, both ways by the copy engines: while the group
+// computes, its next items' states are on their way in and its last one's
+// on its way out. Groups take items from a counter the grid shares, so
+// that a multiprocessor memory serves more slowly takes fewer.
 //
-// DecodeSplit says who holds what: a thread holds kRows consecutive key
-// rows of kSlots of its warp's columns. Key vectors are held as the
-// thread's rows (KeyRows), value vectors as its columns (ValueColumns),
-// the normaliser's column as its rows.
+// DecodeSplit says who holds what: a thread holds kRows key rows of kSlots
+// of its warp's columns. Key vectors are held as the thread's rows
+// (KeyRows), value vectors as its columns (ValueColumns), the normaliser's
+// column as its rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,8 +40,12 @@ template <typename Layer> constexpr int decodeBlocksPerMultiprocessor() {
 
 LINAC_DEVICE int warpId() { return threadIdx.x / 32; }
 
-/// How the threads of a group of `Warps` warps split a K x V state.
-template <int K, int V, int Warps> struct DecodeSplit {
+/// How the threads of a group of `Warps` warps split a K x V state. With
+/// InterleavedRows, row lane l holds rows 2 l + 2 kRowLanes i + {0, 1}
+/// instead of a block of consecutive rows: the rows a quarter-warp holds
+/// then differ by row % 8, which tensor staging's swizzle needs.
+template <int K, int V, int Warps, bool InterleavedRows = false>
+struct DecodeSplit {
   static constexpr int kWarps = Warps;
   static constexpr int kGroups = kDecodeBlockWarps / Warps;
   static_assert(kDecodeBlockWarps % Warps == 0, "groups fill the block");
@@ -68,9 +74,15 @@ template <int K, int V, int Warps> struct DecodeSplit {
   }
   LINAC_DEVICE static int rowLane() { return laneId() / kColumnLanes; }
   LINAC_DEVICE static int columnLane() { return laneId() % kColumnLanes; }
-  /// The key row of this thread's row r: each row lane takes a block of
-  /// kRows consecutive rows.
-  LINAC_DEVICE static int row(int r) { return rowLane() * kRows + r; }
+  static_assert(!InterleavedRows || K % (2 * kRowLanes) == 0,
+                "whole pairs of rows a row lane");
+  /// The key row of this thread's row r.
+  LINAC_DEVICE static int row(int r) {
+    if constexpr (InterleavedRows)
+      return 2 * rowLane() + 2 * kRowLanes * (r / 2) + r % 2;
+    else
+      return rowLane() * kRows + r;
+  }
   LINAC_DEVICE static int column(int slot) {
     return warp() * kStripColumns + slot / 4 * (4 * kColumnLanes) +
            columnLane() * 4 + slot % 4;
@@ -204,12 +216,14 @@ LINAC_DEVICE void bulkStore(void *global, const void *shared, unsigned bytes) {
                "r"(sharedAddress(shared)), "r"(bytes)
                : "memory");
 }
-/// Closes this thread's bulk group and waits until its stores have read
-/// their shared memory.
+/// Closes this thread's bulk group of stores.
+LINAC_DEVICE void commitBulkStores() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/// Waits until this thread's committed bulk stores have read their shared
+/// memory.
 LINAC_DEVICE void waitBulkStoresRead() {
-  asm volatile("cp.async.bulk.commit_group;\n"
-               "cp.async.bulk.wait_group.read 0;\n" ::
-                   : "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 /// Waits until this thread's bulk stores are done.
 LINAC_DEVICE void waitBulkStores() {
@@ -232,20 +246,56 @@ LINAC_DEVICE void waitBarrier(uint64_t *barrier, unsigned parity) {
                : "memory");
 }
 
-/// One thread's share of a head's state.
-template <int K, int V, bool Normalized, typename Split> struct DecodeState {
+/// How a decode item's state reaches shared memory (the plan's
+/// decode_staging): not at all (loaded straight into registers), by bulk
+/// copies of each row lane's block of rows, or by a tensor map's boxes.
+enum class DecodeStaging { Direct, Bulk, Tensor };
+
+/// Where an item's state is: its first element, and in the pool's tensor
+/// map (rows of V floats) its first row and column.
+struct StateAt {
+  float *p;
+  int row, column;
+};
+
+/// Copies box (column, row) of `map` to shared memory, counted on `barrier`.
+LINAC_DEVICE void tensorCopy(void *shared, const linac_cuda_tensor_map &map,
+                             int column, int row, uint64_t *barrier) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
+               "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                   sharedAddress(shared)),
+               "l"(&map), "r"(column), "r"(row), "r"(sharedAddress(barrier))
+               : "memory");
+}
+/// Copies shared memory back to box (column, row) of `map`, in this
+/// thread's current bulk group.
+LINAC_DEVICE void tensorStore(const linac_cuda_tensor_map &map, int column,
+                              int row, const void *shared) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+               "[%0, {%1, %2}], [%3];\n" ::"l"(&map),
+               "r"(column), "r"(row), "r"(sharedAddress(shared))
+               : "memory");
+}
+
+/// One thread's share of a K x V state in registers, or with Parts > 1 of
+/// one of that many strips of its value columns.
+template <int K, int V, int Parts, bool Normalized, typename Split,
+          DecodeStaging Staging>
+struct DecodeState {
   using Keys = KeyRows<K, Split>;
   using Values = ValueColumns<V, Split>;
   static constexpr int kRows = Split::kRows, kSlots = Split::kSlots;
-  /// Columns of a state row in memory; the normaliser, when kept, is last.
-  static constexpr int kColumns = V + (Normalized ? 1 : 0);
+  static_assert(Parts == 1 || !Normalized, "a strip has no normaliser");
+  static_assert(Parts == 1 || Staging != DecodeStaging::Bulk,
+                "bulk copies move whole rows");
+  /// Value columns held, and columns of a held row; the normaliser, when
+  /// kept, is last.
+  static constexpr int kHeld = V / Parts;
+  static constexpr int kColumns = kHeld + (Normalized ? 1 : 0);
+  /// Floats from a row of the state in memory to the next.
+  static constexpr int kRowStride = V + (Normalized ? 1 : 0);
   /// Whether each run of four columns is one aligned 16-byte access.
-  static constexpr bool kQuads = kColumns % 4 == 0;
-  /// Whether each row lane's block of rows is whole 16-byte runs, as the
-  /// bulk copy engine moves them (a normaliser's column may leave rows
-  /// that are not, in blocks that are).
-  static constexpr bool kBulkBlocks =
-      kRows * kColumns % 4 == 0 && K % kRows * kColumns % 4 == 0;
+  static constexpr bool kQuads = kColumns % 4 == 0 && kRowStride % 4 == 0;
 
   float s[kRows][kSlots];
   float norm[Normalized ? kRows : 1];
@@ -253,68 +303,107 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
   LINAC_DEVICE static int row(int r) { return Split::row(r); }
   LINAC_DEVICE static int column(int c) { return Split::column(c); }
   LINAC_DEVICE static bool live(int r, int c) {
-    return row(r) < K && column(c) < V;
+    return row(r) < K && column(c) < kHeld;
   }
-  /// Calls f(r, c, offset) for each of this thread's live rows r and runs
-  /// of four value columns from slot c, `offset` being the run's place in
-  /// the state's memory.
+  /// Calls f(r, c) for each of this thread's live rows r and runs of four
+  /// value columns from slot c.
   template <typename F> LINAC_DEVICE static void forEachQuad(F f) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int c = 0; c < kSlots; c += 4)
         if (live(r, c))
-          f(r, c, row(r) * kColumns + column(c));
+          f(r, c);
   }
-  /// A staged state keeps each row lane's block of rows 16 bytes per
-  /// column lane further from the previous one than in memory, so that
-  /// each quarter of a warp's 16-byte reads, eight lanes, falls on
-  /// different banks.
+
+  /// Bulk staging keeps each row lane's block of rows 16 bytes per column
+  /// lane further from the previous one than in memory, so that each
+  /// quarter of a warp's 16-byte reads, eight lanes, falls on different
+  /// banks.
   static constexpr int kBlockFloats = kRows * kColumns,
                        kBlockGap = 4 * Split::kColumnLanes;
+  /// Tensor staging keeps boxes of kBoxColumns columns by K rows, each row
+  /// 128 bytes whose 16-byte chunks the swizzle permutes by row % 8; Split
+  /// gives a quarter-warp's row lanes rows with different row % 8.
+  static constexpr int kBoxColumns = 32, kBoxFloats = K * kBoxColumns;
+  static_assert(Staging != DecodeStaging::Tensor ||
+                    (kHeld % kBoxColumns == 0 && !Normalized),
+                "a strip is whole boxes");
+  static_assert(Staging != DecodeStaging::Bulk ||
+                    (kBlockFloats % 4 == 0 && K % kRows * kColumns % 4 == 0),
+                "bulk copies move 16-byte runs");
   LINAC_HOST_DEVICE static constexpr int stageFloats() {
-    return Split::kRowLanes * (kBlockFloats + kBlockGap);
+    return Staging == DecodeStaging::Tensor
+               ? K * kHeld
+               : Split::kRowLanes * (kBlockFloats + kBlockGap);
   }
-  /// Where row i of a staged state starts.
-  LINAC_DEVICE static int stagedRow(int i) {
-    return i * kColumns + i / kRows * kBlockGap;
+  /// Where the run of four columns from `column` of row i of a staged
+  /// state starts.
+  LINAC_DEVICE static int staged(int i, int column) {
+    if constexpr (Staging == DecodeStaging::Tensor) {
+      int chunk = column % kBoxColumns / 4;
+      return column / kBoxColumns * kBoxFloats + i * kBoxColumns +
+             (chunk ^ (i % 8)) * 4;
+    } else {
+      return i * kColumns + i / kRows * kBlockGap + column;
+    }
   }
-  /// Calls f(b, rows) for the blocks of rows of a staged state, one per
-  /// lane of a warp.
+  /// Calls f(first, rows) for the blocks of rows of a bulk-staged state,
+  /// one per lane of a warp.
   template <typename F> LINAC_DEVICE static void forEachBlock(F f) {
-    static_assert(kBulkBlocks, "bulk copies move 16-byte runs");
     for (int b = laneId(); b * kRows < K; b += 32)
       f(b * kRows, K - b * kRows < kRows ? K - b * kRows : kRows);
   }
-  /// Starts the bulk copy of the state at `p` into a staging area, a block
-  /// of rows per copy, counted on `barrier`; every lane of one warp must
+  /// Starts the copy of the state at `at` into a staging area, counted on
+  /// `barrier`; every lane of one warp must call it.
+  LINAC_DEVICE static void prefetch(const StateAt &at,
+                                    const linac_cuda_tensor_map &map,
+                                    float *area, uint64_t *barrier) {
+    if constexpr (Staging == DecodeStaging::Tensor) {
+      if (laneId() == 0)
+#pragma unroll
+        for (int b = 0; b < kHeld / kBoxColumns; ++b)
+          tensorCopy(area + b * kBoxFloats, map, at.column + b * kBoxColumns,
+                     at.row, barrier);
+    } else {
+      forEachBlock([&](int first, int rows) {
+        bulkCopy(area + staged(first, 0), at.p + first * kRowStride,
+                 rows * kColumns * sizeof(float), barrier);
+      });
+    }
+  }
+  /// Copies a staged state back to `at`, returning once the copies have
+  /// read the staging area if `waitForRead`; every lane of one warp must
   /// call it.
-  LINAC_DEVICE static void prefetch(const float *p, float *area,
-                                    uint64_t *barrier) {
-    forEachBlock([&](int first, int rows) {
-      bulkCopy(area + stagedRow(first), p + first * kColumns,
-               rows * kColumns * sizeof(float), barrier);
-    });
+  LINAC_DEVICE static void drain(const StateAt &at,
+                                 const linac_cuda_tensor_map &map,
+                                 const float *area, bool waitForRead) {
+    if constexpr (Staging == DecodeStaging::Tensor) {
+      if (laneId() == 0)
+#pragma unroll
+        for (int b = 0; b < kHeld / kBoxColumns; ++b)
+          tensorStore(map, at.column + b * kBoxColumns, at.row,
+                      area + b * kBoxFloats);
+    } else {
+      forEachBlock([&](int first, int rows) {
+        bulkStore(at.p + first * kRowStride, area + staged(first, 0),
+                  rows * kColumns * sizeof(float));
+      });
+    }
+    commitBulkStores();
+    if (waitForRead)
+      waitBulkStoresRead();
   }
-  /// Copies a staged state back to `p`, returning once the copies have read
-  /// the staging area; every lane of one warp must call it.
-  LINAC_DEVICE static void drain(float *p, const float *area) {
-    forEachBlock([&](int first, int rows) {
-      bulkStore(p + first * kColumns, area + stagedRow(first),
-                rows * kColumns * sizeof(float));
-    });
-    waitBulkStoresRead();
-  }
-  /// Fills the registers from a state whose row i starts at p + rowAt(i),
-  /// each run of four columns at once.
-  template <typename RowAt> LINAC_DEVICE void fill(const float *p, RowAt rowAt) {
+  /// Fills the registers from a state whose run of four columns from
+  /// `column` of row i is at p + at(i, column).
+  template <typename At> LINAC_DEVICE void fill(const float *p, At at) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int c = 0; c < kSlots; ++c)
         s[r][c] = 0.0f;
-    forEachQuad([&](int r, int c, int) {
-      const float *run = p + rowAt(row(r)) + column(c);
+    forEachQuad([&](int r, int c) {
+      const float *run = p + at(row(r), column(c));
       if constexpr (kQuads) {
         float4 quad = *reinterpret_cast<const float4 *>(run);
         s[r][c] = quad.x;
@@ -324,33 +413,32 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
       } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          if (column(c + i) < V)
+          if (column(c + i) < kHeld)
             s[r][c + i] = run[i];
       }
     });
 #pragma unroll
     for (int r = 0; r < (Normalized ? kRows : 0); ++r)
-      norm[r] = row(r) < K ? p[rowAt(row(r)) + V] : 0.0f;
+      norm[r] = row(r) < K ? p[at(row(r), kHeld)] : 0.0f;
   }
   /// Takes this thread's part of a staged state, once it has landed.
-  LINAC_DEVICE void loadStaged(const float *area) {
-    fill(area, [](int i) { return stagedRow(i); });
-  }
+  LINAC_DEVICE void loadStaged(const float *area) { fill(area, staged); }
   /// Reads the state at `p` straight into registers.
   LINAC_DEVICE void load(const float *p) {
-    fill(p, [](int i) { return i * kColumns; });
+    fill(p, [](int i, int column) { return i * kRowStride + column; });
   }
-  /// Writes the registers to a state whose row i starts at p + rowAt(i).
-  template <typename RowAt> LINAC_DEVICE void put(float *p, RowAt rowAt) const {
-    forEachQuad([&](int r, int c, int) {
-      float *run = p + rowAt(row(r)) + column(c);
+  /// Writes the registers to a state whose run of four columns from
+  /// `column` of row i is at p + at(i, column).
+  template <typename At> LINAC_DEVICE void put(float *p, At at) const {
+    forEachQuad([&](int r, int c) {
+      float *run = p + at(row(r), column(c));
       if constexpr (kQuads) {
         *reinterpret_cast<float4 *>(run) =
             make_float4(s[r][c], s[r][c + 1], s[r][c + 2], s[r][c + 3]);
       } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          if (column(c + i) < V)
+          if (column(c + i) < kHeld)
             run[i] = s[r][c + i];
       }
     });
@@ -360,15 +448,15 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
           if (row(r) < K)
-            p[rowAt(row(r)) + V] = norm[r];
+            p[at(row(r), kHeld)] = norm[r];
   }
   /// Puts this thread's part back into the staging area it came from.
   LINAC_DEVICE void storeStaged(float *area) const {
-    put(area, [](int i) { return stagedRow(i); });
+    put(area, staged);
     fenceSharedForBulkCopies();
   }
   LINAC_DEVICE void store(float *p) const {
-    put(p, [](int i) { return i * kColumns; });
+    put(p, [](int i, int column) { return i * kRowStride + column; });
   }
 
   LINAC_DEVICE void decay(const Keys &gk, const Values &gv) {
@@ -479,118 +567,237 @@ template <int K, int V, bool Normalized, typename Split> struct DecodeState {
     Values out;
 #pragma unroll
     for (int c = 0; c < kSlots; ++c)
-      out.x[c] = column(c) < V ? raw[c] * scale / divisor : 0.0f;
+      out.x[c] = column(c) < kHeld ? raw[c] * scale / divisor : 0.0f;
     return out;
   }
 };
 
-/// Dynamic shared memory of the decode kernel: the ring of staged states.
+/// What one decode item holds: a state, or a strip of its value columns.
+template <typename Layer>
+using DecodeItemState =
+    DecodeState<Layer::K, Layer::V, Layer::kDecodeParts, Layer::kNormalizer,
+                typename Layer::Decode::Split, Layer::kDecodeStaging>;
+
+/// The 128-byte swizzle repeats every 1024 bytes, so tensor stages start on
+/// such a boundary; dynamic shared memory is only promised 16 bytes.
+constexpr size_t kSwizzleAlignment = 1024;
+
+/// Dynamic shared memory of the decode kernel: the groups' rings of staged
+/// states.
 template <typename Layer> constexpr size_t decodeSharedBytes() {
-  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer,
-                            typename Layer::Decode::Split>;
-  return size_t(Layer::kDecodeStages) * State::stageFloats() * sizeof(float);
+  return size_t(Layer::kDecodeStages) *
+             DecodeItemState<Layer>::stageFloats() * sizeof(float) +
+         (Layer::kDecodeStaging == DecodeStaging::Tensor ? kSwizzleAlignment
+                                                         : 0);
 }
 
-/// Decode steps: each of the grid's blocks takes the (head, sequence) items
-/// blockIdx.x, blockIdx.x + gridDim.x, ..., its groups in turn, each
-/// sequence's few new tokens from and back to its pool slot. Sequences
-/// whose slot is outside the pool (-1) are skipped.
+/// A decode item: strip `part` of the state of `head` of sequence `seq`,
+/// which lives in pool slot `slot` (-1: the sequence is skipped); `seq` is
+/// -1 past the last item.
+struct DecodeItem {
+  int64_t seq, slot;
+  int head, part;
+};
+
+/// Where a group's leader gets its items from: the grid's counter, an item
+/// ahead, so that neither the atomic's nor the index's latency is waited
+/// for when a stage is refilled.
+template <int Parts> class DecodeItemSource {
+public:
+  /// Only a leader's source takes items.
+  LINAC_DEVICE DecodeItemSource(const linac_cuda_decode_args &args,
+                                bool leader)
+      : args(args), items(uint64_t(args.num_seqs * args.num_heads * Parts)) {
+    if (leader) {
+      ahead = atomicAdd(args.work, 1ull);
+      advance();
+    }
+  }
+  /// The next item; starts taking the one after it.
+  LINAC_DEVICE DecodeItem next() {
+    DecodeItem item{-1, -1, 0, 0};
+    if (taken < items) {
+      int64_t state = int64_t(taken) / Parts,
+              seq = state / args.num_heads;
+      item = DecodeItem{seq,
+                        takenSlot >= 0 && takenSlot < args.pool_slots
+                            ? takenSlot
+                            : -1,
+                        int(state - seq * args.num_heads),
+                        int(int64_t(taken) - state * Parts)};
+    }
+    advance();
+    return item;
+  }
+
+private:
+  const linac_cuda_decode_args &args;
+  uint64_t items;
+  /// The item taken (its pool slot still on its way) and the counter's
+  /// value still on its way for the one after.
+  unsigned long long taken, ahead;
+  int64_t takenSlot;
+
+  LINAC_DEVICE void advance() {
+    taken = ahead;
+    takenSlot = -1;
+    if (taken < items)
+      takenSlot = args.state_indices[int64_t(taken) / Parts / args.num_heads];
+    ahead = atomicAdd(args.work, 1ull);
+  }
+};
+
+/// Decode steps. Items are (sequence, head, strip) in that order, a state
+/// making Layer::kDecodeParts strips; the grid's groups share them out
+/// through the counter args.work[0]. A group stages its next items in its
+/// own ring of stages and, where it has more than one, writes its states
+/// back through a stage of their own, so that an item's stage takes the
+/// next item as soon as the group holds it in registers. Each item's
+/// sequence's few new tokens run on its state from and back to its pool
+/// slot; sequences whose slot is outside the pool (-1) are skipped. The
+/// last block to finish zeroes the counters for the next launch.
 template <typename Layer, typename T>
 LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   using Split = typename Layer::Decode::Split;
-  using State = DecodeState<Layer::K, Layer::V, Layer::kNormalizer, Split>;
-  constexpr int kStages = Layer::kDecodeStages;
-  constexpr int kRing = kStages > 0 ? kStages : 1;
-  extern __shared__ __align__(16) float stagingArea[];
-  __shared__ uint64_t landed[kRing];
-  const int64_t items = args.num_seqs * args.num_heads;
-  const int64_t headSize = int64_t(Layer::K) * stateColumns<Layer>();
-  // Item i is head i % H of sequence i / H; its slot, or -1 to skip it.
-  auto slotOf = [&](int64_t seq) {
-    int64_t slot = seq < args.num_seqs ? args.state_indices[seq] : -1;
-    return slot >= 0 && slot < args.pool_slots ? slot : int64_t(-1);
+  using State = DecodeItemState<Layer>;
+  constexpr int kParts = Layer::kDecodeParts, kHeld = State::kHeld;
+  constexpr bool kStaged = Layer::kDecodeStaging != DecodeStaging::Direct;
+  constexpr int kGroupStages =
+      kStaged ? Layer::kDecodeStages / Split::kGroups : 0;
+  static_assert(!kStaged || (Layer::kDecodeStages % Split::kGroups == 0 &&
+                             kGroupStages > 0),
+                "a ring a group");
+  constexpr bool kWriteStage = kGroupStages > 1;
+  constexpr int kRing = kWriteStage ? kGroupStages - 1 : 1;
+  static_assert(Layer::V % kParts == 0, "strips of equal width");
+  extern __shared__ __align__(16) unsigned char decodeShared[];
+  float *stagingArea = reinterpret_cast<float *>(decodeShared);
+  if constexpr (Layer::kDecodeStaging == DecodeStaging::Tensor)
+    stagingArea = reinterpret_cast<float *>(
+        (reinterpret_cast<uintptr_t>(decodeShared) + kSwizzleAlignment - 1) &
+        ~uintptr_t(kSwizzleAlignment - 1));
+  __shared__ uint64_t landed[Split::kGroups][kRing];
+  __shared__ DecodeItem stagedItem[Split::kGroups][kRing];
+  const int group = Split::group();
+  const bool leader = Split::warp() == 0 && laneId() == 0;
+  const bool leadWarp = Split::warp() == 0;
+  auto stateAt = [&](const DecodeItem &item) {
+    int64_t row = (item.slot * args.num_heads + item.head) * Layer::K;
+    return StateAt{args.state_pool + row * stateColumns<Layer>() +
+                       item.part * kHeld,
+                   int(row), item.part * kHeld};
   };
-  auto stateOf = [&](int64_t slot, int head) {
-    return args.state_pool + (slot * args.num_heads + head) * headSize;
+  // Stage s of this group's ring; kRing is its write-back stage.
+  auto stage = [&](int s) {
+    return stagingArea + (group * kGroupStages + s) * State::stageFloats();
   };
-  // The block's n-th item and its stage in the ring.
-  auto itemAt = [&](int64_t n) { return blockIdx.x + n * int64_t(gridDim.x); };
-  auto stageAt = [&](int64_t n) {
-    return stagingArea + n % kRing * State::stageFloats();
-  };
-  // One warp starts item n's state towards its stage. The stage's barrier
-  // completes a phase per item, skipped ones included: an arrival that
-  // expects the state's bytes, or none.
-  auto prefetch = [&](int64_t n) {
-    int64_t item = itemAt(n), seq = item / args.num_heads;
-    int64_t slot = slotOf(seq);
-    uint64_t *barrier = &landed[n % kRing];
-    if (laneId() == 0)
-      arriveExpecting(barrier, slot >= 0 ? unsigned(headSize * sizeof(float))
-                                         : 0u);
+  float *writeStage = stage(kWriteStage ? kRing : 0);
+  DecodeItemSource<kParts> source(args, leader);
+  // Warp 0 takes the next item into ring slot s and starts its state
+  // towards the slot's stage; the slot's barrier completes a phase per
+  // item: an arrival that expects the state's bytes, or none. Unstaged,
+  // the group's barrier hands the item over.
+  auto fill = [&](int s) {
+    if (laneId() == 0) {
+      DecodeItem item = source.next();
+      stagedItem[group][s] = item;
+      if constexpr (kStaged)
+        arriveExpecting(&landed[group][s],
+                        item.slot >= 0 ? unsigned(Layer::K * State::kColumns *
+                                                  sizeof(float))
+                                       : 0u);
+    }
     __syncwarp();
-    if constexpr (kStages > 0)
-      if (slot >= 0)
-        State::prefetch(stateOf(slot, int(item - seq * args.num_heads)),
-                        stageAt(n), barrier);
+    if constexpr (kStaged) {
+      DecodeItem item = stagedItem[group][s];
+      if (item.slot >= 0)
+        State::prefetch(stateAt(item), args.state_map, stage(s),
+                        &landed[group][s]);
+    }
   };
-  if constexpr (kStages > 0) {
+  if constexpr (kStaged) {
     if (threadIdx.x == 0) {
-#pragma unroll
-      for (int a = 0; a < kStages; ++a)
-        initBarrier(&landed[a]);
+      for (int g = 0; g < Split::kGroups; ++g)
+        for (int s = 0; s < kRing; ++s)
+          initBarrier(&landed[g][s]);
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (warpId() == 0)
-#pragma unroll
-      for (int a = 0; a < kStages; ++a)
-        prefetch(a);
   }
+  if (leadWarp)
+    for (int s = 0; s < kRing; ++s)
+      fill(s);
   const float scale = readScale<Layer>(args);
   T *output = static_cast<T *>(args.output);
   State state;
-  for (int64_t n = Split::group(); itemAt(n) < items; n += Split::kGroups) {
-    const int64_t item = itemAt(n), seq = item / args.num_heads;
-    const int head = int(item - seq * args.num_heads);
-    const int64_t slot = slotOf(seq);
-    // The group's next item's inputs, asked of L2 while this one computes.
-    if (Split::warp() == 0 && itemAt(n + Split::kGroups) < items) {
-      int64_t next = itemAt(n + Split::kGroups);
-      int64_t nextSeq = next / args.num_heads;
-      prefetchInputs<Layer, T>(args, nextSeq * args.tokens, int(args.tokens),
-                               int(next - nextSeq * args.num_heads), laneId(),
-                               32);
-    }
-    if constexpr (kStages > 0)
-      waitBarrier(&landed[n % kRing], unsigned(n / kRing) & 1u);
-    if (slot >= 0) {
-      if constexpr (kStages > 0)
-        state.loadStaged(stageAt(n));
-      else
-        state.load(stateOf(slot, head));
-      for (int64_t t = seq * args.tokens; t < (seq + 1) * args.tokens; ++t)
-        Layer::Decode::step(
-            Token<Layer, T, linac_cuda_decode_args>{args, t, head}, state,
-            scale, output + (t * args.num_heads + head) * Layer::V);
-      if constexpr (kStages > 0)
-        state.storeStaged(stageAt(n));
-      else
-        state.store(stateOf(slot, head));
-    }
-    if constexpr (kStages > 0) {
-      // Once the group has written the state back, warp 0 copies the stage
-      // out, and once the copies have read it, gives it to item n + kStages.
+  for (int64_t j = 0;; ++j) {
+    const int s = int(j % kRing);
+    if constexpr (kStaged)
+      waitBarrier(&landed[group][s], unsigned(j / kRing) & 1u);
+    else
       Split::sync();
-      if (Split::warp() == 0) {
-        if (slot >= 0)
-          State::drain(stateOf(slot, head), stageAt(n));
-        prefetch(n + kStages);
+    const DecodeItem item = stagedItem[group][s];
+    if (item.seq < 0)
+      break;
+    if (item.slot >= 0) {
+      const StateAt at = stateAt(item);
+      if constexpr (kStaged) {
+        state.loadStaged(stage(s));
+        if constexpr (kWriteStage) {
+          // Once the group holds the state, its stage takes the next
+          // item, and the last write-back has read the write stage.
+          if (leadWarp)
+            waitBulkStoresRead();
+          Split::sync();
+          if (leadWarp)
+            fill(s);
+        }
+      } else {
+        state.load(at.p);
       }
+      const int firstColumn = item.part * kHeld;
+      for (int64_t t = item.seq * args.tokens;
+           t < (item.seq + 1) * args.tokens; ++t)
+        Layer::Decode::step(
+            Token<Layer, T, linac_cuda_decode_args>{args, t, item.head,
+                                                    firstColumn},
+            state, scale,
+            output + (t * args.num_heads + item.head) * Layer::V + firstColumn);
+      if constexpr (kStaged)
+        state.storeStaged(writeStage);
+      else
+        state.store(at.p);
+    } else if constexpr (kWriteStage) {
+      Split::sync();
+      if (leadWarp)
+        fill(s);
+    }
+    if constexpr (kStaged) {
+      // Once the group has written the state back, warp 0 copies it out;
+      // without a write stage, once the copies have read the item's stage
+      // it takes the next item.
+      Split::sync();
+      if (Split::warp() == 0 && item.slot >= 0)
+        State::drain(stateAt(item), args.state_map, writeStage,
+                     /*waitForRead=*/!kWriteStage);
+    } else {
+      Split::sync();
+    }
+    if constexpr (!kWriteStage)
+      if (leadWarp)
+        fill(s);
+  }
+  if constexpr (kStaged)
+    if (leadWarp)
+      waitBulkStores();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(args.work + 1, 1ull) == gridDim.x - 1) {
+      args.work[0] = 0;
+      args.work[1] = 0;
     }
   }
-  if constexpr (kStages > 0)
-    waitBulkStores();
 }
 
 } // namespace linac::cuda

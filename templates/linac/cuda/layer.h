@@ -20,7 +20,7 @@
 
 #define LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, blocks, Args)  \
   extern "C" __global__ void __launch_bounds__(threads, blocks)                \
-      linac_##family##_##dtype(const Args args) {                              \
+      linac_##family##_##dtype(const __grid_constant__ Args args) {            \
     linac::cuda::family##Kernel<Layer, T>(args);                              \
   }
 #define LINAC_CUDA_ENTRY(Layer, family, dtype, T, threads)                     \

@@ -18,6 +18,9 @@ struct Token {
   const Args &args;
   int64_t token;
   int head;
+  /// The first of the value columns this thread's value vectors count from:
+  /// a decode item may hold a strip of the state's columns.
+  int firstColumn = 0;
 
   /// Argument heads map onto the state's heads in contiguous groups. Most
   /// arguments have a head per state head, and are spared the division.

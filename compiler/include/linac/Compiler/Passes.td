@@ -36,9 +36,14 @@ def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
   let options = [
     Option<"target", "target", "std::string", "\"cpu\"",
            "Target to plan for: cpu, sm_90a or sm_80">,
-    Option<"decodeWarps", "decode-warps", "int64_t", "8",
-           "Warps that compute one GPU decode item: 8 (two groups of a "
-           "block at once) or 16 (one)">,
+    Option<"decodeWarps", "decode-warps", "int64_t", "16",
+           "Warps of a GPU decode block that take one state: 16 (the "
+           "default) or 8; a strip takes decode-warps / decode-parts">,
+    Option<"decodeParts", "decode-parts", "int64_t", "2",
+           "Strips of value columns a GPU decode item holds of a state: 1, "
+           "2 or 4 (more, smaller items; states with a normaliser, a "
+           "full-matrix gate or a sum over the value axis, or strips a "
+           "tensor map cannot move, keep 1)">,
   ];
   let dependentDialects = ["::linac::LinacDialect"];
 }

@@ -653,8 +653,8 @@ void Package::encodeStateMap(float *pool, int64_t states,
                 "the ABI's tensor map is the driver's");
   cuda::check(cuda::driver().cuTensorMapEncodeTiled(
                   reinterpret_cast<CUtensorMap *>(&args.state_map),
-                  CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, pool, dims, rowBytes,
-                  box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, pool, dims, rowBytes, box,
+                  elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                   CU_TENSOR_MAP_SWIZZLE_128B,
                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),

@@ -55,8 +55,12 @@ struct Flavor {
 const Flavor kCpuFlavor{"Vec<{}>", "Vec<{}>", "Vec<{}>"};
 const Flavor kWarpFlavor{"WarpVec<{}>", "WarpVec<{}>", "", true};
 const Flavor kScanFlavor{"FullVec<{}>", "ColumnVec<{}>", "MatrixColumn<K, V>"};
-const Flavor kDecodeFlavor{"KeyRows<{}, Split>", "ValueColumns<{}, Split>",
-                           "MatrixTile<K, V, Split>", false, true, true};
+const Flavor kDecodeFlavor{"KeyRows<{}, Split>",
+                           "ValueColumns<{}, Split>",
+                           "MatrixTile<K, V, Split>",
+                           /*scalarKeyGate=*/false,
+                           /*fusedEraseWrite=*/true,
+                           /*valueStrips=*/true};
 
 std::string floatLiteral(double value) {
   std::string digits = fmt::format("{:.9g}", value);

@@ -176,8 +176,8 @@ struct DecodeBlocks {
   /// quarter-warp's reads on different banks.
   static constexpr int64_t kBoxColumns = 32;
   bool stripsAreBoxes() const {
-    return columns % kBoxColumns == 0 && rowStride % 4 == 0 && keys <= 256 && columnLanes == 2 &&
-           keys % (2 * rowLanes) == 0;
+    return columns % kBoxColumns == 0 && rowStride % 4 == 0 && keys <= 256 &&
+           columnLanes == 2 && keys % (2 * rowLanes) == 0;
   }
 };
 
@@ -203,8 +203,8 @@ bool takesValueStrips(LayerOp layer) {
   if (layer.getStateType().getNormalized())
     return false;
   WalkResult found = layer.walk([](Operation *op) {
-    bool valueSum = isa<L2NormOp, DotOp>(op) &&
-                    isValueVector(op->getOperand(0).getType());
+    bool valueSum =
+        isa<L2NormOp, DotOp>(op) && isValueVector(op->getOperand(0).getType());
     return valueSum || isa<MatrixGateOp>(op) ? WalkResult::interrupt()
                                              : WalkResult::advance();
   });
@@ -280,8 +280,7 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
         StringRef staging = "direct";
         int64_t stagesPerGroup = 0, stageBytes = 0, sharedBytes = 0;
         if (target == "sm_90a" && decodeParts > 1 && takesValueStrips(layer) &&
-            valueDim % decodeParts == 0 &&
-            decodeWarps % decodeParts == 0 &&
+            valueDim % decodeParts == 0 && decodeWarps % decodeParts == 0 &&
             DecodeBlocks(state, decodeWarps / decodeParts, decodeParts)
                 .stripsAreBoxes()) {
           parts = decodeParts;
@@ -291,9 +290,9 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
           stagesPerGroup = std::min<int64_t>(
               3, (room - kSwizzleAlignment) /
                      (stageBytes * (kBlockThreads / 32 / itemWarps)));
-          sharedBytes = stagesPerGroup * (kBlockThreads / 32 / itemWarps) *
-                            stageBytes +
-                        kSwizzleAlignment;
+          sharedBytes =
+              stagesPerGroup * (kBlockThreads / 32 / itemWarps) * stageBytes +
+              kSwizzleAlignment;
         }
         if (stagesPerGroup == 0) {
           parts = 1;

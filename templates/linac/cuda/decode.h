@@ -585,8 +585,8 @@ constexpr size_t kSwizzleAlignment = 1024;
 /// Dynamic shared memory of the decode kernel: the groups' rings of staged
 /// states.
 template <typename Layer> constexpr size_t decodeSharedBytes() {
-  return size_t(Layer::kDecodeStages) *
-             DecodeItemState<Layer>::stageFloats() * sizeof(float) +
+  return size_t(Layer::kDecodeStages) * DecodeItemState<Layer>::stageFloats() *
+             sizeof(float) +
          (Layer::kDecodeStaging == DecodeStaging::Tensor ? kSwizzleAlignment
                                                          : 0);
 }
@@ -605,8 +605,7 @@ struct DecodeItem {
 template <int Parts> class DecodeItemSource {
 public:
   /// Only a leader's source takes items.
-  LINAC_DEVICE DecodeItemSource(const linac_cuda_decode_args &args,
-                                bool leader)
+  LINAC_DEVICE DecodeItemSource(const linac_cuda_decode_args &args, bool leader)
       : args(args), items(uint64_t(args.num_seqs * args.num_heads * Parts)) {
     if (leader) {
       ahead = atomicAdd(args.work, 1ull);
@@ -617,14 +616,11 @@ public:
   LINAC_DEVICE DecodeItem next() {
     DecodeItem item{-1, -1, 0, 0};
     if (taken < items) {
-      int64_t state = int64_t(taken) / Parts,
-              seq = state / args.num_heads;
-      item = DecodeItem{seq,
-                        takenSlot >= 0 && takenSlot < args.pool_slots
-                            ? takenSlot
-                            : -1,
-                        int(state - seq * args.num_heads),
-                        int(int64_t(taken) - state * Parts)};
+      int64_t state = int64_t(taken) / Parts, seq = state / args.num_heads;
+      item = DecodeItem{
+          seq, takenSlot >= 0 && takenSlot < args.pool_slots ? takenSlot : -1,
+          int(state - seq * args.num_heads),
+          int(int64_t(taken) - state * Parts)};
     }
     advance();
     return item;
@@ -756,8 +752,8 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
         state.load(at.p);
       }
       const int firstColumn = item.part * kHeld;
-      for (int64_t t = item.seq * args.tokens;
-           t < (item.seq + 1) * args.tokens; ++t)
+      for (int64_t t = item.seq * args.tokens; t < (item.seq + 1) * args.tokens;
+           ++t)
         Layer::Decode::step(
             Token<Layer, T, linac_cuda_decode_args>{args, t, item.head,
                                                     firstColumn},

@@ -18,10 +18,10 @@
 #include "linac/cuda/decode.h"
 #include "linac/cuda/scan.h"
 
-#define LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, blocks, Args)  \
+#define LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, blocks, Args)   \
   extern "C" __global__ void __launch_bounds__(threads, blocks)                \
       linac_##family##_##dtype(const __grid_constant__ Args args) {            \
-    linac::cuda::family##Kernel<Layer, T>(args);                              \
+    linac::cuda::family##Kernel<Layer, T>(args);                               \
   }
 #define LINAC_CUDA_ENTRY(Layer, family, dtype, T, threads)                     \
   LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, 1,                   \

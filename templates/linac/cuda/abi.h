@@ -2,11 +2,13 @@
  *
  * Every kernel in a CUDA package's cubin is `extern "C" __global__` and takes
  * one linac_cuda_forward_args (forward) or linac_cuda_decode_args (decode)
- * by value. The manifest lists each kernel with its activation dtype, block
+ * by value, as a __grid_constant__ (a decode kernel's tensor map is read in
+ * place). The manifest lists each kernel with its activation dtype, block
  * size and dynamic shared memory; a forward grid is (num_heads, num_seqs), a
  * decode grid as many blocks as fit the device at once, at most one per
- * (head, sequence). The runtime validates every argument it can see before
- * the launch; the kernel trusts them.
+ * item (a (head, sequence) state, or one of the manifest's decode "parts"
+ * of it). The runtime validates every argument it can see before the
+ * launch; the kernel trusts them.
  *
  *===----------------------------------------------------------------------===*/
 

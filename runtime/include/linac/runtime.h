@@ -120,7 +120,12 @@ linac_status linac_decode_host(linac_package *package,
 /* A decode step of a CUDA package: the tensors of linac_decode_args in
  * device memory, state_indices included, enqueued on `stream` like
  * linac_forward_device. A slot outside [0, P) (-1 among them) skips the
- * sequence; the caller keeps each slot to one sequence. */
+ * sequence; the caller keeps each slot to one sequence. The kernels share
+ * their work out through counters the package keeps per context and
+ * stream, so steps on different streams may run at once; the first step
+ * on a stream allocates its counters (16 bytes, freed with the package), so
+ * run one before capturing the stream into a CUDA graph, and replay a graph
+ * on one stream at a time. */
 typedef struct linac_device_decode_args {
   const linac_device_tensor *tensors;
   size_t num_tensors;

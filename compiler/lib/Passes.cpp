@@ -216,6 +216,69 @@ int64_t sharedMemoryLimit(StringRef target) {
   return target == "sm_90a" ? 227 * 1024 : 163 * 1024;
 }
 
+/// Warps of a decode block, one block per multiprocessor.
+constexpr int64_t kDecodeBlockWarps = 16;
+
+/// How decode splits and stages its items (decodeKernel in
+/// templates/linac/cuda/decode.h).
+struct DecodeStagingPlan {
+  StringRef staging = "direct";
+  int64_t parts = 1, itemWarps = 0, stages = 0, sharedBytes = 0;
+};
+
+/// decode-warps warps take a state, as decode-parts strips of
+/// decode-warps / decode-parts warps each where a strip can hold the step
+/// and a tensor map can move it; the block's groups of item warps each
+/// have a ring of up to three stages, which sm_90a's copy engines fill and
+/// drain. Measured on an H200 at K = V = 128 (bench/NOTES.md, E19-E22):
+/// with no step, strips of 64 columns by tensor copies reached 92% / 77%
+/// of the copy ceiling at B256 / B64, whole states by bulk copies of row
+/// blocks 89% / 75%; with the steps, halves of 8 warps beat whole states
+/// on a group of 16 by 1 to 12 points. Other states take whole-state items
+/// by bulk copies where their blocks of rows are whole 16-byte runs, else
+/// load directly.
+DecodeStagingPlan planDecodeStaging(LayerOp layer, StringRef target,
+                                    int64_t decodeWarps, int64_t decodeParts) {
+  constexpr int64_t kReductionBytes = 1024;
+  // The 128-byte swizzle repeats every 1024 bytes, so tensor stages start
+  // on such a boundary; dynamic shared memory is only promised 16 bytes.
+  constexpr int64_t kSwizzleAlignment = 1024;
+  constexpr int64_t kMaxGroupStages = 3;
+  StateType state = layer.getStateType();
+  int64_t room = sharedMemoryLimit(target) - kReductionBytes;
+  auto groupsOf = [](int64_t itemWarps) {
+    return kDecodeBlockWarps / itemWarps;
+  };
+  if (target != "sm_90a")
+    return {"direct", 1, decodeWarps, 0, 0};
+  if (decodeParts > 1 && takesValueStrips(layer) &&
+      state.getValueDim() % decodeParts == 0 &&
+      decodeWarps % decodeParts == 0 &&
+      DecodeBlocks(state, decodeWarps / decodeParts, decodeParts)
+          .stripsAreBoxes()) {
+    int64_t itemWarps = decodeWarps / decodeParts;
+    int64_t stageBytes =
+        state.getKeyDim() * (state.getValueDim() / decodeParts) * 4;
+    int64_t stages =
+        groupsOf(itemWarps) *
+        std::min(kMaxGroupStages, (room - kSwizzleAlignment) /
+                                      (stageBytes * groupsOf(itemWarps)));
+    if (stages > 0)
+      return {"tensor", decodeParts, itemWarps, stages,
+              stages * stageBytes + kSwizzleAlignment};
+  }
+  DecodeBlocks blocks(state, decodeWarps, 1);
+  if (!blocks.blocksAreRuns())
+    return {"direct", 1, decodeWarps, 0, 0};
+  int64_t stageBytes = blocks.bulkStageBytes();
+  int64_t stages =
+      groupsOf(decodeWarps) *
+      std::min(kMaxGroupStages, room / (stageBytes * groupsOf(decodeWarps)));
+  if (stages == 0)
+    return {"direct", 1, decodeWarps, 0, 0};
+  return {"bulk", 1, decodeWarps, stages, stages * stageBytes};
+}
+
 struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
   using LinacPlanBase::LinacPlanBase;
 
@@ -251,66 +314,13 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       StateType state = layer.getStateType();
       int64_t valueDim = state.getValueDim();
       // Decode reads and writes each head's state once per step, in blocks
-      // of whole rows, so the pool keeps the forward pass's key-major
-      // layout.
+      // of whole rows or in strips of every row, so the pool keeps the
+      // forward pass's key-major layout.
       add("decode_state_layout", b.getStringAttr("key_major"));
       if (gpu) {
-        // One block of 16 warps per multiprocessor, in groups of
-        // decode-warps warps, each computing an item, each group around a
-        // ring of stages that sm_90a's copy engines fill and drain; the
-        // groups take items from a counter the grid shares, so that a
-        // multiprocessor that memory serves more slowly takes fewer.
-        // Measured on an H200 at K = V = 128 with no step (bench/
-        // decode_ring.cu): strips of 64 columns, three stages a group,
-        // moved by a tensor map's boxes, reached 92% / 77% of the copy
-        // ceiling at B256 / B64, whole states by bulk copies of row blocks
-        // 89% / 75%, and items dealt to blocks in turn 3 to 6 points less.
-        // States a strip cannot hold take whole-state items by bulk copies
-        // of their rows where those are whole 16-byte runs, else load
-        // directly.
-        constexpr int64_t kReductionBytes = 1024;
-        constexpr int64_t kBlockThreads = 512;
-        // The 128-byte swizzle repeats every 1024 bytes, so a stage must
-        // start on such a boundary; dynamic shared memory is only promised
-        // 16-byte alignment.
-        constexpr int64_t kSwizzleAlignment = 1024;
-        int64_t room = sharedMemoryLimit(target) - kReductionBytes;
-        // decode-warps warps take a state, decode-warps / parts a strip.
-        int64_t itemWarps = decodeWarps, parts = 1;
-        StringRef staging = "direct";
-        int64_t stagesPerGroup = 0, stageBytes = 0, sharedBytes = 0;
-        if (target == "sm_90a" && decodeParts > 1 && takesValueStrips(layer) &&
-            valueDim % decodeParts == 0 && decodeWarps % decodeParts == 0 &&
-            DecodeBlocks(state, decodeWarps / decodeParts, decodeParts)
-                .stripsAreBoxes()) {
-          parts = decodeParts;
-          itemWarps = decodeWarps / parts;
-          staging = "tensor";
-          stageBytes = state.getKeyDim() * (valueDim / parts) * 4;
-          stagesPerGroup = std::min<int64_t>(
-              3, (room - kSwizzleAlignment) /
-                     (stageBytes * (kBlockThreads / 32 / itemWarps)));
-          sharedBytes =
-              stagesPerGroup * (kBlockThreads / 32 / itemWarps) * stageBytes +
-              kSwizzleAlignment;
-        }
-        if (stagesPerGroup == 0) {
-          parts = 1;
-          itemWarps = decodeWarps;
-        }
-        int64_t groups = kBlockThreads / 32 / itemWarps;
-        DecodeBlocks blocks(state, itemWarps, parts);
-        if (stagesPerGroup == 0 && target == "sm_90a" &&
-            blocks.blocksAreRuns()) {
-          staging = "bulk";
-          stageBytes = blocks.bulkStageBytes();
-          stagesPerGroup = std::min<int64_t>(3, room / (stageBytes * groups));
-          sharedBytes = stagesPerGroup * groups * stageBytes;
-        }
-        if (stagesPerGroup == 0) {
-          staging = "direct";
-          sharedBytes = 0;
-        }
+        DecodeStagingPlan staging =
+            planDecodeStaging(layer, target, decodeWarps, decodeParts);
+        DecodeBlocks blocks(state, staging.itemWarps, staging.parts);
         // A decode thread has 128 registers (512 threads a multiprocessor);
         // with about 24 for addresses, indices and temporaries, a step
         // whose vector arguments would not fit beside the state loads and
@@ -323,12 +333,13 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
             upFrontDecodeFloats(layer, blocks) > kDecodeRegisterFloats;
         add("decode_placement",
             b.getStringAttr(firstUse ? "first_use" : "body_order"));
-        add("decode_staging", b.getStringAttr(staging));
-        add("decode_warps", b.getI64IntegerAttr(itemWarps));
-        add("decode_parts", b.getI64IntegerAttr(parts));
-        add("decode_block_threads", b.getI64IntegerAttr(kBlockThreads));
-        add("decode_stages", b.getI64IntegerAttr(stagesPerGroup * groups));
-        add("decode_shared_memory", b.getI64IntegerAttr(sharedBytes));
+        add("decode_staging", b.getStringAttr(staging.staging));
+        add("decode_warps", b.getI64IntegerAttr(staging.itemWarps));
+        add("decode_parts", b.getI64IntegerAttr(staging.parts));
+        add("decode_block_threads",
+            b.getI64IntegerAttr(kDecodeBlockWarps * 32));
+        add("decode_stages", b.getI64IntegerAttr(staging.stages));
+        add("decode_shared_memory", b.getI64IntegerAttr(staging.sharedBytes));
       }
       // Why a chunkable body still runs as a scan on GPUs: the chunkwise
       // kernel keeps a head's whole state in one block's registers and

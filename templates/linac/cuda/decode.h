@@ -773,7 +773,7 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
       // without a write stage, once the copies have read the item's stage
       // it takes the next item.
       Split::sync();
-      if (Split::warp() == 0 && item.slot >= 0)
+      if (leadWarp && item.slot >= 0)
         State::drain(stateAt(item), args.state_map, writeStage,
                      /*waitForRead=*/!kWriteStage);
     } else {

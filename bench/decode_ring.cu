@@ -1,11 +1,15 @@
 // decode_ring.cu - the decode kernel's staging with no step: states of a
 // pool [P, H, 128, 128] fp32 move through a ring of shared-memory stages by
 // 2-D tensor copies (boxes of 32 columns by 128 rows, 128-byte swizzle),
-// through registers and back, in items of a strip of W value columns.
-// Prints each ring's time as a share of the copy ceiling (a 1 GiB
-// device-to-device copy) and of a copy of the pool's own bytes.
+// into registers and back, in items of a strip of W value columns, through
+// the kernel's own DecodeSplit and DecodeState (templates/linac/cuda/
+// decode.h). Prints each ring's time as a share of the copy ceiling (a
+// 1 GiB device-to-device copy) and of a copy of the pool's own bytes.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a bench/decode_ring.cu -lcuda -o ring
+//   nvcc -O3 -std=c++17 -arch=sm_90a -Itemplates bench/decode_ring.cu \
+//     -lcuda -o ring
+#include "linac/cuda/decode.h"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -16,19 +20,10 @@
 
 namespace {
 
-constexpr int K = 128, V = 128, H = 16, kBlockWarps = 16, kBoxColumns = 32;
+using namespace linac::cuda;
 
-__device__ unsigned sharedAddress(const void *p) {
-  return unsigned(__cvta_generic_to_shared(p));
-}
-
-__device__ void waitBarrier(uint64_t *barrier, unsigned parity) {
-  asm volatile("{\n.reg .pred done;\nW%=:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-               "@!done bra W%=;\n}\n" ::"r"(sharedAddress(barrier)),
-               "r"(parity)
-               : "memory");
-}
+constexpr int K = 128, V = 128, H = 16,
+              kBoxColumns = LINAC_CUDA_DECODE_BOX_COLUMNS;
 
 /// W columns a strip, CW columns a warp, S stages, R of them a group's;
 /// with Tiled the pool is [P, H, V / W, K, W], a strip's rows contiguous.
@@ -36,27 +31,29 @@ __device__ void waitBarrier(uint64_t *barrier, unsigned parity) {
 /// grid (less `base`, the counter at launch), else the block's items in turn.
 template <int W, int CW, int S, bool Tiled, bool Dynamic>
 __global__ void __launch_bounds__(512, 1)
-    ring(const __grid_constant__ CUtensorMap map, int64_t items,
-         const int64_t *indices, float factor,
-         unsigned long long *counter, unsigned long long base) {
-  constexpr int kGroupWarps = W / CW, kGroups = kBlockWarps / kGroupWarps;
-  constexpr int kStrips = V / W, kStageFloats = K * W, R = S / kGroups;
+    ring(const __grid_constant__ linac_cuda_tensor_map map, int64_t items,
+         const int64_t *indices, float factor, unsigned long long *counter,
+         unsigned long long base) {
+  using Split = DecodeSplit<K, W, W / CW, /*InterleavedRows=*/true>;
+  using State = DecodeState<K, W, 1, false, Split, DecodeStaging::Tensor>;
+  constexpr int kGroups = Split::kGroups, kStrips = V / W,
+                kStageFloats = State::stageFloats(), R = S / kGroups;
   static_assert(S % kGroups == 0, "a ring a group");
-  constexpr int kSlots = CW / 2, kRows = K / 16;
   extern __shared__ unsigned char raw[];
   float *area = reinterpret_cast<float *>(
-      (reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+      (reinterpret_cast<uintptr_t>(raw) + kSwizzleAlignment - 1) &
+      ~uintptr_t(kSwizzleAlignment - 1));
   __shared__ uint64_t landed[S];
   __shared__ int64_t stageItem[S];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = warp / kGroupWarps, groupWarp = warp % kGroupWarps;
+  const int group = Split::group();
+  const bool leader = Split::warp() == 0 && laneId() == 0;
   // Item i: strip i % kStrips of head (i / kStrips) % H of sequence i / (kStrips H).
-  auto origin = [&](int64_t item, int &column, int &row) {
+  auto stateAt = [&](int64_t item) {
     int64_t strip = item % kStrips, head = item / kStrips % H,
             seq = item / kStrips / H;
-    column = Tiled ? 0 : int(strip * W);
-    row = Tiled ? int(((indices[seq] * H + head) * kStrips + strip) * K)
-                : int((indices[seq] * H + head) * K);
+    int row = Tiled ? int(((indices[seq] * H + head) * kStrips + strip) * K)
+                    : int((indices[seq] * H + head) * K);
+    return StateAt{nullptr, row, Tiled ? 0 : int(strip * W)};
   };
   int64_t nextStatic = blockIdx.x + int64_t(gridDim.x) * group;
   bool exhausted = false;
@@ -77,88 +74,41 @@ __global__ void __launch_bounds__(512, 1)
       }
     }
     stageItem[stage] = item;
-    uint64_t *barrier = &landed[stage];
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                     sharedAddress(barrier)),
-                 "r"(item >= 0 ? kStageFloats * 4 : 0)
-                 : "memory");
-    if (item < 0)
-      return;
-    int column, row;
-    origin(item, column, row);
-    for (int b = 0; b < W / kBoxColumns; ++b)
-      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
-                   "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-                       sharedAddress(area + stage * kStageFloats +
-                                     b * K * kBoxColumns)),
-                   "l"(&map), "r"(column + b * kBoxColumns), "r"(row),
-                   "r"(sharedAddress(barrier))
-                   : "memory");
+    arriveExpecting(&landed[stage], item >= 0 ? kStageFloats * 4 : 0);
+    if (item >= 0)
+      State::prefetch(stateAt(item), map, area + stage * kStageFloats,
+                      &landed[stage]);
   };
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(
-          sharedAddress(&landed[s])));
+      initBarrier(&landed[s]);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  const bool leader = groupWarp == 0 && lane == 0;
   if (leader)
     for (int j = 0; j < R; ++j)
       prefetch(group * R + j);
-  // Lane pairs take runs of eight columns, four each; the 16 row lanes take
-  // rows 2 rl + 32 (i / 2) + i % 2, so a quarter-warp's rows fall on four
-  // different 16-byte chunks under the swizzle.
-  const int rowLane = lane / 2, columnLane = lane % 2;
-  auto rowOf = [&](int i) { return 2 * rowLane + 32 * (i / 2) + i % 2; };
-  auto offsetOf = [&](int i, int quad) {
-    int column = groupWarp * CW + quad * 8 + columnLane * 4;
-    int box = column / kBoxColumns, chunk = column % kBoxColumns / 4;
-    int row = rowOf(i);
-    return box * K * kBoxColumns + row * kBoxColumns +
-           ((chunk ^ (row % 8)) * 4);
-  };
-  float4 s[kRows][kSlots / 4];
+  State state;
   for (int64_t j = 0;; ++j) {
     const int stage = group * R + int(j % R);
-    float *area0 = area + stage * kStageFloats;
+    float *staged = area + stage * kStageFloats;
     waitBarrier(&landed[stage], unsigned(j / R) & 1u);
     const int64_t item = stageItem[stage];
     if (item < 0)
       break;
-#pragma unroll
-    for (int i = 0; i < kRows; ++i)
-#pragma unroll
-      for (int q = 0; q < kSlots / 4; ++q) {
-        float4 x = *reinterpret_cast<float4 *>(area0 + offsetOf(i, q));
-        s[i][q] = make_float4(x.x * factor, x.y * factor, x.z * factor,
-                              x.w * factor);
-      }
-#pragma unroll
-    for (int i = 0; i < kRows; ++i)
-#pragma unroll
-      for (int q = 0; q < kSlots / 4; ++q)
-        *reinterpret_cast<float4 *>(area0 + offsetOf(i, q)) = s[i][q];
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + group), "r"(kGroupWarps * 32)
-                 : "memory");
+    state.loadStaged(staged);
+    for (auto &row : state.s)
+      for (float &x : row)
+        x *= factor;
+    state.storeStaged(staged);
+    Split::sync();
     if (leader) {
-      int column, row;
-      origin(item, column, row);
-      for (int b = 0; b < W / kBoxColumns; ++b)
-        asm volatile(
-            "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, "
-            "%2}], [%3];\n" ::"l"(&map),
-            "r"(column + b * kBoxColumns), "r"(row),
-            "r"(sharedAddress(area0 + b * K * kBoxColumns))
-            : "memory");
-      asm volatile("cp.async.bulk.commit_group;\n"
-                   "cp.async.bulk.wait_group.read 0;\n" ::
-                       : "memory");
+      State::drain(stateAt(item), map, staged, /*waitForRead=*/true);
       prefetch(stage);
     }
   }
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  if (leader)
+    waitBulkStores();
 }
 
 void check(cudaError_t e, const char *what) {
@@ -193,20 +143,22 @@ struct Pool {
   int64_t seqs;
   float *states;
   int64_t *indices;
-  CUtensorMap map;
+  linac_cuda_tensor_map map;
   /// Over strips of 32 and 64 columns.
-  CUtensorMap tiledMap[2];
+  linac_cuda_tensor_map tiledMap[2];
 };
 
-CUtensorMap encode(float *states, cuuint64_t columns, cuuint64_t rows) {
-  CUtensorMap map;
+linac_cuda_tensor_map encode(float *states, cuuint64_t columns,
+                             cuuint64_t rows) {
+  linac_cuda_tensor_map map;
   cuuint64_t dims[2] = {columns, rows};
   cuuint64_t strides[1] = {columns * 4};
   cuuint32_t box[2] = {kBoxColumns, K}, elementStrides[2] = {1, 1};
   CUresult r = cuTensorMapEncodeTiled(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, states, dims, strides, box,
-      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      reinterpret_cast<CUtensorMap *>(&map), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
+      states, dims, strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled: %d\n", int(r));
     std::exit(1);
@@ -242,7 +194,7 @@ template <int W, int CW, int S, bool Tiled = false, bool Dynamic = false>
 void runRing(const char *name, Pool &pool, double copyBytesPerSecond,
              double poolCopyMs, int multiprocessors) {
   auto kernel = ring<W, CW, S, Tiled, Dynamic>;
-  int shared = S * K * W * 4 + 1024;
+  int shared = S * K * W * 4 + int(kSwizzleAlignment);
   check(cudaFuncSetAttribute(kernel,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                              shared),
@@ -253,8 +205,8 @@ void runRing(const char *name, Pool &pool, double copyBytesPerSecond,
   std::vector<float> before(bytes / 4), after(bytes / 4);
   check(cudaMemcpy(before.data(), pool.states, bytes, cudaMemcpyDeviceToHost),
         "download");
-  const CUtensorMap &map = Tiled ? pool.tiledMap[W / 64] : pool.map;
-  constexpr int kGroups = kBlockWarps / (W / CW);
+  const linac_cuda_tensor_map &map = Tiled ? pool.tiledMap[W / 64] : pool.map;
+  constexpr int kGroups = kDecodeBlockWarps / (W / CW);
   auto launch = [&](float factor) {
     kernel<<<multiprocessors, 512, shared>>>(map, items, pool.indices, factor,
                                              counter, counterBase);

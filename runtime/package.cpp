@@ -636,9 +636,9 @@ void Package::decodeDevice(const DeviceDecodeRequest &request) const {
 void Package::encodeStateMap(float *pool, int64_t states,
                              linac_cuda_decode_args &args) const {
   // The pool as rows of V floats, one per key row of each state, moved in
-  // boxes of 32 columns by every key row, 128-byte swizzled (DecodeState's
-  // tensor staging in templates/linac/cuda/decode.h).
-  constexpr cuuint32_t kBoxColumns = 32;
+  // boxes of LINAC_CUDA_DECODE_BOX_COLUMNS columns by every key row,
+  // 128-byte swizzled (DecodeState's tensor staging in
+  // templates/linac/cuda/decode.h).
   int64_t rows = states * keyDim_;
   // Box coordinates are 32-bit signed.
   if (rows > std::numeric_limits<int32_t>::max())
@@ -646,7 +646,7 @@ void Package::encodeStateMap(float *pool, int64_t states,
                         " key rows; decode takes at most 2^31 - 1");
   cuuint64_t dims[2] = {cuuint64_t(valueDim_), cuuint64_t(rows)};
   cuuint64_t rowBytes[1] = {cuuint64_t(valueDim_) * sizeof(float)};
-  cuuint32_t box[2] = {kBoxColumns, cuuint32_t(keyDim_)};
+  cuuint32_t box[2] = {LINAC_CUDA_DECODE_BOX_COLUMNS, cuuint32_t(keyDim_)};
   cuuint32_t elementStrides[2] = {1, 1};
   static_assert(sizeof(CUtensorMap) == sizeof(linac_cuda_tensor_map) &&
                     alignof(CUtensorMap) == alignof(linac_cuda_tensor_map),

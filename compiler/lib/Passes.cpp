@@ -2,6 +2,7 @@
 
 #include "linac/Compiler/Passes.h"
 #include "linac/Compiler/NormalForm.h"
+#include "linac/cuda/abi.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
@@ -174,7 +175,7 @@ struct DecodeBlocks {
   /// most 256 of them, and row lanes that take interleaved pairs of rows
   /// (row % 8 apart within a quarter-warp) so that the swizzle keeps a
   /// quarter-warp's reads on different banks.
-  static constexpr int64_t kBoxColumns = 32;
+  static constexpr int64_t kBoxColumns = LINAC_CUDA_DECODE_BOX_COLUMNS;
   bool stripsAreBoxes() const {
     return columns % kBoxColumns == 0 && rowStride % 4 == 0 && keys <= 256 &&
            columnLanes == 2 && keys % (2 * rowLanes) == 0;

@@ -42,6 +42,10 @@ typedef struct linac_cuda_forward_args {
   float scale;                /* the read's scale unless the spec fixes it */
 } linac_cuda_forward_args;
 
+/* Columns of a decode state's tensor-map box: 128 bytes of floats, the
+ * widest row the 128-byte swizzle takes. */
+#define LINAC_CUDA_DECODE_BOX_COLUMNS 32
+
 /* The driver's opaque CUtensorMap: 128 bytes, 128-byte aligned. */
 typedef struct linac_cuda_tensor_map {
 #ifdef __cplusplus
@@ -74,7 +78,7 @@ typedef struct linac_cuda_decode_args {
   unsigned long long *work;
   /* With the manifest's decode staging "tensor", a CUtensorMap of the pool
    * as rows of V floats (P * H * K of them), 128-byte swizzled boxes of
-   * 32 columns by K rows; else unused. */
+   * LINAC_CUDA_DECODE_BOX_COLUMNS columns by K rows; else unused. */
   linac_cuda_tensor_map state_map;
 } linac_cuda_decode_args;
 

@@ -47,6 +47,7 @@ LINAC_DEVICE int warpId() { return threadIdx.x / 32; }
 template <int K, int V, int Warps, bool InterleavedRows = false>
 struct DecodeSplit {
   static constexpr int kWarps = Warps;
+  static constexpr bool kInterleavedRows = InterleavedRows;
   static constexpr int kGroups = kDecodeBlockWarps / Warps;
   static_assert(kDecodeBlockWarps % Warps == 0, "groups fill the block");
   static_assert(kGroups < 16, "a named barrier a group");
@@ -285,9 +286,10 @@ struct DecodeState {
   using Keys = KeyRows<K, Split>;
   using Values = ValueColumns<V, Split>;
   static constexpr int kRows = Split::kRows, kSlots = Split::kSlots;
-  static_assert(Parts == 1 || !Normalized, "a strip has no normaliser");
-  static_assert(Parts == 1 || Staging != DecodeStaging::Bulk,
-                "bulk copies move whole rows");
+  static_assert(Parts == 1 || Staging == DecodeStaging::Tensor,
+                "strips move by tensor maps");
+  static_assert(Staging != DecodeStaging::Tensor || Split::kInterleavedRows,
+                "the swizzle needs a quarter-warp's rows to differ by row % 8");
   /// Value columns held, and columns of a held row; the normaliser, when
   /// kept, is last.
   static constexpr int kHeld = V / Parts;
@@ -325,10 +327,11 @@ struct DecodeState {
   /// Tensor staging keeps boxes of kBoxColumns columns by K rows, each row
   /// 128 bytes whose 16-byte chunks the swizzle permutes by row % 8; Split
   /// gives a quarter-warp's row lanes rows with different row % 8.
-  static constexpr int kBoxColumns = 32, kBoxFloats = K * kBoxColumns;
+  static constexpr int kBoxColumns = LINAC_CUDA_DECODE_BOX_COLUMNS,
+                       kBoxFloats = K * kBoxColumns;
   static_assert(Staging != DecodeStaging::Tensor ||
                     (kHeld % kBoxColumns == 0 && !Normalized),
-                "a strip is whole boxes");
+                "a strip is whole boxes, without a normaliser");
   static_assert(Staging != DecodeStaging::Bulk ||
                     (kBlockFloats % 4 == 0 && K % kRows * kColumns % 4 == 0),
                 "bulk copies move 16-byte runs");

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <dlfcn.h>
 #include <functional>
@@ -85,16 +86,29 @@ std::vector<char> DeviceBuffer::download() const {
 
 namespace {
 
-/// Median milliseconds of `reps` runs of `body`, each between two events,
-/// after three untimed runs.
-double medianMilliseconds(int reps, const std::function<void()> &body) {
+struct Timing {
+  double milliseconds = 0, hostMicroseconds = 0;
+};
+
+/// Bytes cleared before each timed run: more than the L2 of any GPU we
+/// time on.
+constexpr size_t kFlushBytes = size_t(256) << 20;
+
+/// Times `reps` runs of `body` after three untimed ones: the median
+/// milliseconds of each between two events, and the host's microseconds a
+/// call. Each timed run starts behind a clear of kFlushBytes, as Triton's
+/// do_bench does, so that it finds nothing of the last run in L2 and the
+/// host's work before the launch is not counted as the kernel's.
+Timing timeRuns(int reps, const std::function<void()> &body) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
+  DeviceBuffer flush(kFlushBytes);
   for (int i = 0; i < 3; ++i)
     body();
   std::vector<float> times;
   for (int i = 0; i < reps; ++i) {
+    check(cudaMemsetAsync(flush.data(), 0, kFlushBytes), "cudaMemsetAsync");
     check(cudaEventRecord(start), "cudaEventRecord");
     body();
     check(cudaEventRecord(stop), "cudaEventRecord");
@@ -106,7 +120,16 @@ double medianMilliseconds(int reps, const std::function<void()> &body) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
-  return times[reps / 2];
+  Timing timing;
+  timing.milliseconds = times[reps / 2];
+  auto hostStart = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i)
+    body();
+  std::chrono::duration<double, std::micro> host =
+      std::chrono::steady_clock::now() - hostStart;
+  timing.hostMicroseconds = host.count() / reps;
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return timing;
 }
 
 /// `count` random values in `dtype`, uploaded: normal(0, 1), or uniform in
@@ -162,11 +185,12 @@ double gemmFlopsPerSecond(int reps) {
     throw Error(Error::Kind::Driver, "cublasCreate failed");
   float alpha = 1.0f, beta = 0.0f;
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-  double ms = medianMilliseconds(reps, [&] {
-    status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a->data(),
-                  CUDA_R_16BF, n, b->data(), CUDA_R_16BF, n, &beta, c.data(),
-                  CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  });
+  double ms = timeRuns(reps, [&] {
+                status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n,
+                              &alpha, a->data(), CUDA_R_16BF, n, b->data(),
+                              CUDA_R_16BF, n, &beta, c.data(), CUDA_R_16BF, n,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+              }).milliseconds;
   destroy(handle);
   if (status != CUBLAS_STATUS_SUCCESS)
     throw Error(Error::Kind::Driver, "cublasGemmEx failed");
@@ -180,10 +204,10 @@ Ceilings measureCeilings(int reps) {
   constexpr size_t bytes = size_t(1) << 30;
   DeviceBuffer from(bytes), to(bytes);
   check(cudaMemset(from.data(), 1, bytes), "cudaMemset");
-  double ms = medianMilliseconds(reps, [&] {
+  double ms = timeRuns(reps, [&] {
     check(cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice),
           "cudaMemcpyAsync");
-  });
+  }).milliseconds;
   ceilings.copyBytesPerSecond = 2.0 * bytes / (ms * 1e-3);
   ceilings.gemmFlopsPerSecond = gemmFlopsPerSecond(reps);
   return ceilings;
@@ -253,8 +277,9 @@ Result forward(const Package &package, Shape shape, DType dtype, int reps) {
 
   Result result;
   result.kernel = entryFor(manifest["kernels"], dtype);
-  result.milliseconds =
-      medianMilliseconds(reps, [&] { package.forwardDevice(request); });
+  Timing timing = timeRuns(reps, [&] { package.forwardDevice(request); });
+  result.milliseconds = timing.milliseconds;
+  result.hostMicroseconds = timing.hostMicroseconds;
   check(cudaGetLastError(), "the forward pass");
   double tokenHeads = double(shape.batch * shape.tokens) * shape.heads;
   double c = manifest["plan"].value("chunk_size", 64);
@@ -293,8 +318,9 @@ Result decode(const Package &package, Shape shape, DType dtype, int reps) {
 
   Result result;
   result.kernel = entryFor(manifest["decode"]["kernels"], dtype);
-  result.milliseconds =
-      medianMilliseconds(reps, [&] { package.decodeDevice(request); });
+  Timing timing = timeRuns(reps, [&] { package.decodeDevice(request); });
+  result.milliseconds = timing.milliseconds;
+  result.hostMicroseconds = timing.hostMicroseconds;
   check(cudaGetLastError(), "the decode step");
   // The state is read and written once; decode has no FLOP floor.
   result.bytes = 2.0 * stateFloats * sizeof(float) +
@@ -321,6 +347,7 @@ std::string jsonLine(const Package &package, const char *mode, Shape shape,
       {"dtype", dtypeName(dtype)},
       {"kernel", result.kernel},
       {"ms", result.milliseconds},
+      {"host_us", result.hostMicroseconds},
       {"gb_per_s", result.bytes / seconds * 1e-9},
       {"tflop_per_s", result.flops / seconds * 1e-12},
       {"floor_ms", floorMs},

@@ -57,13 +57,16 @@ struct Shape {
 
 struct Result {
   double milliseconds = 0; ///< median over the timed runs
+  /// The host's time a call, launches queued behind each other.
+  double hostMicroseconds = 0;
   double bytes = 0;        ///< the fewest bytes the pass must move
   double flops = 0;        ///< PERF.md's FLOP count
   std::string kernel;      ///< the entry that ran
 };
 
 /// Runs `package` at `shape` on fresh random inputs in `dtype`: warm-up,
-/// then the median of `reps` runs timed with CUDA events.
+/// then the median of `reps` runs timed with CUDA events, each behind a
+/// clear of L2.
 Result forward(const Package &package, Shape shape, DType dtype, int reps = 50);
 
 /// Times a decode step of shape.tokens new tokens for each of shape.batch

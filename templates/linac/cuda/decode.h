@@ -64,6 +64,9 @@ struct DecodeSplit {
       ((V + Warps - 1) / Warps + 4 * kColumnLanes - 1) / (4 * kColumnLanes) *
       (4 * kColumnLanes);
   static constexpr int kSlots = kStripColumns / kColumnLanes;
+  /// Rows and columns past which no thread holds any.
+  static constexpr int kRowSpan = kRowLanes * kRows,
+                       kColumnSpan = Warps * kStripColumns;
 
   LINAC_DEVICE static int group() { return warpId() / Warps; }
   /// This warp within its group.
@@ -128,6 +131,7 @@ template <int N, typename Split>
 struct KeyRows : Elements<KeyRows<N, Split>, (N + Split::kRowLanes - 1) /
                                                  Split::kRowLanes> {
   static constexpr int kRows = (N + Split::kRowLanes - 1) / Split::kRowLanes;
+  static constexpr int kSpan = Split::kRowSpan;
   LINAC_DEVICE static int index(int r) { return Split::row(r); }
   template <typename T> LINAC_DEVICE static KeyRows load(const T *p) {
     return loadSlots<KeyRows, N>(p);
@@ -140,6 +144,7 @@ struct KeyRows : Elements<KeyRows<N, Split>, (N + Split::kRowLanes - 1) /
 /// A value vector of N: this thread's columns of it.
 template <int N, typename Split>
 struct ValueColumns : Elements<ValueColumns<N, Split>, Split::kSlots> {
+  static constexpr int kSpan = Split::kColumnSpan;
   LINAC_DEVICE static int index(int slot) { return Split::column(slot); }
   template <typename T> LINAC_DEVICE static ValueColumns load(const T *p) {
     return loadSlots<ValueColumns, N>(p);
@@ -149,7 +154,7 @@ struct ValueColumns : Elements<ValueColumns<N, Split>, Split::kSlots> {
     if (Split::rowLane() == 0)
 #pragma unroll
       for (int i = 0; i < Split::kSlots; ++i)
-        if (index(i) < N)
+        if (holdsElement<ValueColumns, N>(i))
           p[index(i)] = fromFloat<T>(this->x[i]);
   }
   /// Every thread of the group must call it.
@@ -305,7 +310,8 @@ struct DecodeState {
   LINAC_DEVICE static int row(int r) { return Split::row(r); }
   LINAC_DEVICE static int column(int c) { return Split::column(c); }
   LINAC_DEVICE static bool live(int r, int c) {
-    return row(r) < K && column(c) < kHeld;
+    return (Split::kRowSpan <= K || row(r) < K) &&
+           (Split::kColumnSpan <= kHeld || column(c) < kHeld);
   }
   /// Calls f(r, c) for each of this thread's live rows r and runs of four
   /// value columns from slot c.
@@ -466,10 +472,10 @@ struct DecodeState {
     float columnFactor[kSlots];
 #pragma unroll
     for (int c = 0; c < kSlots; ++c)
-      columnFactor[c] = expf(gv.x[c]);
+      columnFactor[c] = __expf(gv.x[c]);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      float rowFactor = expf(gk.x[r]);
+      float rowFactor = __expf(gk.x[r]);
 #pragma unroll
       for (int c = 0; c < kSlots; ++c)
         s[r][c] *= rowFactor * columnFactor[c];
@@ -481,7 +487,7 @@ struct DecodeState {
   LINAC_DEVICE void decay(const Keys &gk) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      float rowFactor = expf(gk.x[r]);
+      float rowFactor = __expf(gk.x[r]);
 #pragma unroll
       for (int c = 0; c < kSlots; ++c)
         s[r][c] *= rowFactor;
@@ -494,7 +500,7 @@ struct DecodeState {
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int c = 0; c < kSlots; ++c)
-        s[r][c] *= expf(g.x[r * kSlots + c]);
+        s[r][c] *= __expf(g.x[r * kSlots + c]);
   }
   /// x^T S: a value column per slot, then the normaliser; the sums over
   /// the key rows stay within the warp.
@@ -570,7 +576,9 @@ struct DecodeState {
     Values out;
 #pragma unroll
     for (int c = 0; c < kSlots; ++c)
-      out.x[c] = column(c) < kHeld ? raw[c] * scale / divisor : 0.0f;
+      out.x[c] = Split::kColumnSpan <= kHeld || column(c) < kHeld
+                     ? raw[c] * scale / divisor
+                     : 0.0f;
     return out;
   }
 };

@@ -70,9 +70,20 @@ LINAC_DEVICE float rsqrt(float x) { return rsqrtf(x); }
 LINAC_DEVICE float tanh_(float x) { return tanhf(x); }
 LINAC_DEVICE float abs_(float x) { return fabsf(x); }
 LINAC_DEVICE float pow_(float a, float b) { return powf(a, b); }
-LINAC_DEVICE float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// sigmoid and softplus take the fast exponential, logarithm and division:
+// their results are bounded by 1 or by |x| + log 2, so the intrinsics'
+// few-ulp errors stay below 1e-6 relative, and the accurate library
+// calls' range reduction and slow paths were a fifth of a decode step's
+// instructions (bench/NOTES.md, E23).
+LINAC_DEVICE float sigmoid(float x) {
+  return __fdividef(1.0f, 1.0f + __expf(-x));
+}
+/// max(x, 0) + log1p(e^-|x|); below 1/64, where 1 + z would round away
+/// z's low bits, log1p(z) by its series to z^3.
 LINAC_DEVICE float softplus(float x) {
-  return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
+  float z = __expf(-fabsf(x));
+  float series = z * (1.0f - z * (0.5f - z * (1.0f / 3.0f)));
+  return fmaxf(x, 0.0f) + (z < 1.0f / 64.0f ? series : __logf(1.0f + z));
 }
 LINAC_DEVICE float maximum(float a, float b) {
   return isnan(a) || isnan(b) ? NAN : fmaxf(a, b);
@@ -106,6 +117,13 @@ template <typename Derived, int Slots> struct Elements {
   }
 };
 
+/// Whether slot i of a Vec holds an element of a vector of N: always when
+/// no thread's slots reach index Vec::kSpan or past, so that whole splits
+/// check nothing.
+template <typename Vec, int N> LINAC_DEVICE bool holdsElement(int i) {
+  return Vec::kSpan <= N || Vec::index(i) < N;
+}
+
 /// A vector of N from memory, for types whose slot i holds element
 /// Vec::index(i) (zero past N).
 template <typename Vec, int N, typename T>
@@ -113,7 +131,7 @@ LINAC_DEVICE Vec loadSlots(const T *p) {
   Vec v;
 #pragma unroll
   for (int i = 0; i < int(sizeof(v.x) / sizeof(float)); ++i)
-    v.x[i] = Vec::index(i) < N ? toFloat(p[Vec::index(i)]) : 0.0f;
+    v.x[i] = holdsElement<Vec, N>(i) ? toFloat(p[Vec::index(i)]) : 0.0f;
   return v;
 }
 
@@ -122,7 +140,7 @@ template <int N, typename Vec> LINAC_DEVICE float sumOfSlots(const Vec &v) {
   float s = 0.0f;
 #pragma unroll
   for (int i = 0; i < int(sizeof(v.x) / sizeof(float)); ++i)
-    s += Vec::index(i) < N ? v.x[i] : 0.0f;
+    s += holdsElement<Vec, N>(i) ? v.x[i] : 0.0f;
   return s;
 }
 
@@ -141,6 +159,7 @@ template <int N> struct WarpVec : Elements<WarpVec<N>, (N + 31) / 32> {
   /// Every lane's run is whole and moves as one access.
   static constexpr bool kRuns =
       N == 32 * kSlots && (kSlots == 2 || kSlots == 4);
+  static constexpr int kSpan = 32 * kSlots;
   LINAC_DEVICE static int index(int slot) { return laneId() * kSlots + slot; }
   template <typename T> LINAC_DEVICE static WarpVec load(const T *p) {
     if constexpr (kRuns)

@@ -235,9 +235,10 @@ struct DecodeStagingPlan {
 /// with no step, strips of 64 columns by tensor copies reached 92% / 77%
 /// of the copy ceiling at B256 / B64, whole states by bulk copies of row
 /// blocks 89% / 75%; with the steps, halves of 8 warps beat whole states
-/// on a group of 16 by 1 to 12 points. Other states take whole-state items
-/// by bulk copies where their blocks of rows are whole 16-byte runs, else
-/// load directly.
+/// on a group of 16 by 1 to 12 points, and quarters of 4 warps (four
+/// groups hiding each other's steps) beat halves by 1 to 4 (E22, E24).
+/// Other states take whole-state items by bulk copies where their blocks of
+/// rows are whole 16-byte runs, else load directly.
 DecodeStagingPlan planDecodeStaging(LayerOp layer, StringRef target,
                                     int64_t decodeWarps, int64_t decodeParts) {
   constexpr int64_t kReductionBytes = 1024;

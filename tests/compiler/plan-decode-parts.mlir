@@ -1,13 +1,13 @@
-// Decode items: by default 16 warps take a state in two strips of half its
-// value columns, 8 warps a strip, each strip moved by a tensor map's boxes
-// of 32 columns by every key row; a group has three stages (two for the
-// items on their way, one to write back through), 1 KiB more to align the
-// swizzle. A state a strip cannot hold, or whose strips a tensor map
-// cannot move, keeps whole-state items staged by bulk copies of row blocks
-// on sm_90a and loaded directly on sm_80.
+// Decode items: by default 16 warps take a state in four strips of a
+// quarter of its value columns, 4 warps a strip, each strip moved by a
+// tensor map's boxes of 32 columns by every key row; a group has three
+// stages (two for the items on their way, one to write back through), 1 KiB
+// more to align the swizzle. A state a strip cannot hold, or whose strips a
+// tensor map cannot move, keeps whole-state items staged by bulk copies of
+// row blocks on sm_90a and loaded directly on sm_80.
 // RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a' | FileCheck %s
-// RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a decode-parts=4' | FileCheck %s --check-prefix=QUARTERS
-// RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a decode-warps=8' | FileCheck %s --check-prefix=WARPS8
+// RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a decode-parts=2' | FileCheck %s --check-prefix=HALVES
+// RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a decode-warps=8 decode-parts=2' | FileCheck %s --check-prefix=WARPS8
 // RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_80' | FileCheck %s --check-prefix=SM80
 // RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_90a decode-parts=3' 2>&1 | FileCheck %s --check-prefix=BADPARTS
 
@@ -17,17 +17,18 @@
 !value = tensor<128xf32, #linac.value>
 !state = !linac.state<128x128>
 
-// CHECK-LABEL: linac.layer @halves
-// CHECK-SAME: decode_parts = 2 : i64, decode_placement = "body_order", decode_shared_memory = 197632 : i64, decode_stages = 6 : i64, decode_staging = "tensor", decode_state_layout = "key_major", decode_warps = 8 : i64
 // Quarters of 32 columns, 4 warps each: four groups of three 16 KiB stages.
-// QUARTERS-LABEL: linac.layer @halves
-// QUARTERS-SAME: decode_parts = 4 : i64, decode_placement = "body_order", decode_shared_memory = 197632 : i64, decode_stages = 12 : i64, decode_staging = "tensor", decode_state_layout = "key_major", decode_warps = 4 : i64
-// 8 warps a state leave 4 a strip: four groups, room for one stage each.
-// WARPS8-LABEL: linac.layer @halves
+// CHECK-LABEL: linac.layer @strips
+// CHECK-SAME: decode_parts = 4 : i64, decode_placement = "body_order", decode_shared_memory = 197632 : i64, decode_stages = 12 : i64, decode_staging = "tensor", decode_state_layout = "key_major", decode_warps = 4 : i64
+// Halves of 64 columns, 8 warps each: two groups of three 32 KiB stages.
+// HALVES-LABEL: linac.layer @strips
+// HALVES-SAME: decode_parts = 2 : i64, decode_placement = "body_order", decode_shared_memory = 197632 : i64, decode_stages = 6 : i64, decode_staging = "tensor", decode_state_layout = "key_major", decode_warps = 8 : i64
+// 8 warps a state leave 4 a half: four groups, room for one stage each.
+// WARPS8-LABEL: linac.layer @strips
 // WARPS8-SAME: decode_parts = 2 : i64, decode_placement = "body_order", decode_shared_memory = 132096 : i64, decode_stages = 4 : i64, decode_staging = "tensor", decode_state_layout = "key_major", decode_warps = 4 : i64
-// SM80-LABEL: linac.layer @halves
+// SM80-LABEL: linac.layer @strips
 // SM80-SAME: decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 0 : i64, decode_stages = 0 : i64, decode_staging = "direct", decode_state_layout = "key_major", decode_warps = 16 : i64
-linac.layer @halves(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %b : f32) {
+linac.layer @strips(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %b : f32) {
   %S1 = linac.erase %S, %k strength(%b : f32) : !state, !key
   %S2 = linac.write %S1, %k, %v strength(%b : f32) : !state, !key, !value
   %o = linac.read %S2, %q : !state, !key -> !value

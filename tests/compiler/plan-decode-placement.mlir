@@ -16,8 +16,8 @@
 // A full-matrix gate's tile is 64 floats a thread: 64 + 64 + 24 = 152.
 // MATRIX: decode_placement = "first_use"
 
-// With the default 16 warps a state in strips of half its columns, a
-// thread holds 32 state floats, 8 of a key vector and 4 of a value vector:
-// GDN-2's 32 + 6 x 8 + 4 = 84.
+// With the default 16 warps a state in strips of a quarter of its columns,
+// a thread holds 32 state floats, 8 of a key vector and 4 of a value
+// vector: GDN-2's 32 + 6 x 8 + 4 = 84.
 // RUN: linac-opt %examples/gdn2.mlir -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=GDN2-STRIPS
-// GDN2-STRIPS: decode_parts = 2 : i64, decode_placement = "body_order"
+// GDN2-STRIPS: decode_parts = 4 : i64, decode_placement = "body_order"

@@ -1,5 +1,5 @@
-// Decode items of half a state's value columns, staged by a tensor map (the
-// default where a strip can hold the step): the value inputs are read from
+// Decode items of a quarter of a state's value columns, staged by a tensor
+// map (the default where a strip can hold the step): the value inputs are read from
 // the item's first column on, the key inputs whole; the manifest tells the
 // runtime how many items a state makes and to encode the pool's tensor map.
 // RUN: rm -rf %t.linac %t.whole.linac %t.bad.linac
@@ -10,7 +10,7 @@
 // RUN: FileCheck %s --check-prefix=WHOLE --input-file %t.whole.linac/manifest.json
 // RUN: not linac compile %s --target sm_90a --decode-parts 3 -o %t.bad.linac 2>&1 | FileCheck %s --check-prefix=BADPARTS
 
-// CHECK: kDecodeWarps = 8, kDecodeStages = 6, kDecodeParts = 2;
+// CHECK: kDecodeWarps = 4, kDecodeStages = 12, kDecodeParts = 4;
 // CHECK-NEXT: kDecodeStaging = DecodeStaging::Tensor;
 // CHECK: struct Decode {
 // CHECK: KeyRows<128, Split>::load(token.input(0));
@@ -19,7 +19,7 @@
 // CHECK: static_assert(linac::cuda::decodeSharedBytes<Layer>() == 197632,
 
 // MANIFEST: "decode": {
-// MANIFEST: "parts": 2,
+// MANIFEST: "parts": 4,
 // MANIFEST-NEXT: "staging": "tensor",
 
 // WHOLE: "parts": 1,

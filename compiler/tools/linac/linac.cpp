@@ -58,9 +58,9 @@ static cl::opt<int64_t> decodeWarps(
     cl::init(16), cl::sub(compileCommand));
 static cl::opt<int64_t> decodeParts(
     "decode-parts",
-    cl::desc("Strips of value columns a GPU decode item holds: 1, 2 (the "
-             "default) or 4"),
-    cl::init(2), cl::sub(compileCommand));
+    cl::desc("Strips of value columns a GPU decode item holds: 1, 2 or 4 "
+             "(the default)"),
+    cl::init(4), cl::sub(compileCommand));
 static cl::opt<std::string> outputPath("o", cl::desc("Package directory"),
                                        cl::value_desc("NAME.linac"),
                                        cl::sub(compileCommand));

@@ -28,8 +28,9 @@
 
 namespace linac::cuda {
 
-/// Warps of a decode block, one block per multiprocessor: with 8 warps an
-/// item, two groups compute at once, so one computes while the other waits.
+/// Warps of a decode block, one block per multiprocessor: with 4 or 8 warps
+/// an item, several groups compute at once, so some compute while others
+/// wait.
 constexpr int kDecodeBlockWarps = 16;
 template <typename Layer> constexpr int decodeThreads() {
   return kDecodeBlockWarps * 32;

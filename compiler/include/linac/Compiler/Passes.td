@@ -39,11 +39,11 @@ def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
     Option<"decodeWarps", "decode-warps", "int64_t", "16",
            "Warps of a GPU decode block that take one state: 16 (the "
            "default) or 8; a strip takes decode-warps / decode-parts">,
-    Option<"decodeParts", "decode-parts", "int64_t", "2",
+    Option<"decodeParts", "decode-parts", "int64_t", "4",
            "Strips of value columns a GPU decode item holds of a state: 1, "
-           "2 or 4 (more, smaller items; states with a normaliser, a "
-           "full-matrix gate or a sum over the value axis, or strips a "
-           "tensor map cannot move, keep 1)">,
+           "2 or 4 (the default); states with a normaliser, a full-matrix "
+           "gate or a sum over the value axis, or strips a tensor map "
+           "cannot move, keep 1">,
   ];
   let dependentDialects = ["::linac::LinacDialect"];
 }

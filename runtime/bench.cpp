@@ -186,9 +186,9 @@ double gemmFlopsPerSecond(int reps) {
   float alpha = 1.0f, beta = 0.0f;
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
   double ms = timeRuns(reps, [&] {
-                status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n,
-                              &alpha, a->data(), CUDA_R_16BF, n, b->data(),
-                              CUDA_R_16BF, n, &beta, c.data(), CUDA_R_16BF, n,
+                status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha,
+                              a->data(), CUDA_R_16BF, n, b->data(), CUDA_R_16BF,
+                              n, &beta, c.data(), CUDA_R_16BF, n,
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
               }).milliseconds;
   destroy(handle);
@@ -205,9 +205,10 @@ Ceilings measureCeilings(int reps) {
   DeviceBuffer from(bytes), to(bytes);
   check(cudaMemset(from.data(), 1, bytes), "cudaMemset");
   double ms = timeRuns(reps, [&] {
-    check(cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice),
-          "cudaMemcpyAsync");
-  }).milliseconds;
+                check(cudaMemcpyAsync(to.data(), from.data(), bytes,
+                                      cudaMemcpyDeviceToDevice),
+                      "cudaMemcpyAsync");
+              }).milliseconds;
   ceilings.copyBytesPerSecond = 2.0 * bytes / (ms * 1e-3);
   ceilings.gemmFlopsPerSecond = gemmFlopsPerSecond(reps);
   return ceilings;
@@ -342,8 +343,12 @@ std::string jsonLine(const Package &package, const char *mode, Shape shape,
   nlohmann::json line = {
       {"variant", package.layer()},
       {"mode", mode},
-      {"shape", {{"B", shape.batch}, {"T", shape.tokens}, {"H", shape.heads},
-                 {"K", package.keyDim()}, {"V", package.valueDim()}}},
+      {"shape",
+       {{"B", shape.batch},
+        {"T", shape.tokens},
+        {"H", shape.heads},
+        {"K", package.keyDim()},
+        {"V", package.valueDim()}}},
       {"dtype", dtypeName(dtype)},
       {"kernel", result.kernel},
       {"ms", result.milliseconds},

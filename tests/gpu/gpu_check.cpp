@@ -442,10 +442,10 @@ int main(int argc, char **argv) {
                                .c_str());
         char row[160];
         double floorMs = bench::floorMilliseconds(result, ceilings);
-        std::snprintf(row, sizeof row, "%-22s B%-4lld %9.4f %9.4f %7.1f%% %8.1f",
-                      names[p].c_str(), (long long)batch, result.milliseconds,
-                      floorMs, 100.0 * floorMs / result.milliseconds,
-                      result.hostMicroseconds);
+        std::snprintf(
+            row, sizeof row, "%-22s B%-4lld %9.4f %9.4f %7.1f%% %8.1f",
+            names[p].c_str(), (long long)batch, result.milliseconds, floorMs,
+            100.0 * floorMs / result.milliseconds, result.hostMicroseconds);
         decodeTable.push_back(row);
       }
     std::printf("\ndecode, one token, H16 K=V=128, fp32 state\n");

@@ -598,6 +598,11 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
       "template <typename Token, typename State, typename Out> "
       "LINAC_DEVICE static void step(const Token &token, "
       "State &state, float scale, Out *out)";
+  // Key vectors split between the two lanes of a column pair (the plan's
+  // decode_key_rows).
+  Flavor decodeFlavor = kDecodeFlavor;
+  if (planString(layer, "decode_key_rows") == "split")
+    decodeFlavor.key = "SplitKeyRows<{}, Split>";
   Placement decodePlacement =
       planString(layer, "decode_placement") == "first_use"
           ? Placement::FirstUse
@@ -608,7 +613,7 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
          nested("Decode",
                 "using Split = DecodeSplit<K, V / kDecodeParts, kDecodeWarps, "
                 "kDecodeStaging == DecodeStaging::Tensor>;\n" +
-                    emitter.stepFunction(kDecodeFlavor, stepSignature,
+                    emitter.stepFunction(decodeFlavor, stepSignature,
                                          decodePlacement)) +
          "};\n\n} // namespace\n\n";
   if (!recurrent)

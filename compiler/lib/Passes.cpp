@@ -212,6 +212,19 @@ bool takesValueStrips(LayerOp layer) {
   return !found.wasInterrupted();
 }
 
+/// Ops of the step that take a transcendental function of every element of
+/// a key vector.
+int64_t keySideTranscendentals(LayerOp layer) {
+  int64_t count = 0;
+  layer.walk([&](Operation *op) {
+    if (op->getNumResults() == 1 && isKeyVector(op->getResult(0).getType()) &&
+        isa<math::ExpOp, math::Exp2Op, math::LogOp, math::Log2Op, math::Log1pOp,
+            math::TanhOp, math::PowFOp, SigmoidOp, SoftplusOp>(op))
+      ++count;
+  });
+  return count;
+}
+
 /// The most dynamic shared memory one block may have.
 int64_t sharedMemoryLimit(StringRef target) {
   return target == "sm_90a" ? 227 * 1024 : 163 * 1024;
@@ -336,6 +349,15 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
         add("decode_placement",
             b.getStringAttr(firstUse ? "first_use" : "body_order"));
         add("decode_staging", b.getStringAttr(staging.staging));
+        // Both lanes of a column pair hold the same key rows. Where the key
+        // side takes two or more transcendentals a row, each computes it for
+        // half of them and the pair trades halves by shuffles before the
+        // state ops (measured on an H200, bench/NOTES.md E31: GDN-2, two,
+        // 88.7% to 90.3% of the copy ceiling at B256; KDA, one, and Gated
+        // DeltaNet, none, 0.4 to 0.8 points slower).
+        add("decode_key_rows",
+            b.getStringAttr(keySideTranscendentals(layer) >= 2 ? "split"
+                                                               : "whole"));
         add("decode_warps", b.getI64IntegerAttr(staging.itemWarps));
         add("decode_parts", b.getI64IntegerAttr(staging.parts));
         add("decode_block_threads",

@@ -15,9 +15,9 @@
 // CHECK: load(token.input(3));
 // CHECK-NOT: load(token.input(0))
 // CHECK: state.decay(
-// CHECK-NEXT: const auto arg_k = KeyRows<128, Split>::load(token.input(1));
+// CHECK-NEXT: const auto arg_k = SplitKeyRows<128, Split>::load(token.input(1));
 // CHECK-NOT: load(token.input(0))
 // CHECK: state.eraseWrite(
-// CHECK-NEXT: const auto arg_q = KeyRows<128, Split>::load(token.input(0));
+// CHECK-NEXT: const auto arg_q = SplitKeyRows<128, Split>::load(token.input(0));
 // CHECK-NEXT: const auto [[QN:v[0-9]+]] = l2norm(arg_q, 1e-06f);
 // CHECK-NEXT: state.read([[QN]], scale);

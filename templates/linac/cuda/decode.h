@@ -16,8 +16,9 @@
 //
 // DecodeSplit says who holds what: a thread holds kRows key rows of kSlots
 // of its warp's columns. Key vectors are held as the thread's rows
-// (KeyRows), value vectors as its columns (ValueColumns), the normaliser's
-// column as its rows.
+// (KeyRows) or, computed by the step, as half of them, the other half with
+// the thread's column-lane partner (SplitKeyRows); value vectors as its
+// columns (ValueColumns), the normaliser's column as its rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -142,6 +143,65 @@ struct KeyRows : Elements<KeyRows<N, Split>, (N + Split::kRowLanes - 1) /
   }
 };
 
+/// A key vector of N as the generated step computes it: the rows of this
+/// thread's KeyRows split with its column-lane partner, which holds the
+/// same rows, so that each computes the key side (loads, gates, norms) of
+/// half of them; rows() gives the state ops the whole share. Rows that do
+/// not split evenly stay whole.
+template <int N, typename Split>
+struct SplitKeyRows : Elements<SplitKeyRows<N, Split>,
+                               KeyRows<N, Split>::kRows /
+                                   (Split::kColumnLanes == 2 &&
+                                            KeyRows<N, Split>::kRows % 2 == 0
+                                        ? 2
+                                        : 1)> {
+  using Rows = KeyRows<N, Split>;
+  static constexpr int kShare =
+      Split::kColumnLanes == 2 && Rows::kRows % 2 == 0 ? 2 : 1;
+  static constexpr int kSlots = Rows::kRows / kShare;
+  static constexpr int kSpan = Split::kRowSpan;
+  /// Which of the two halves this thread holds.
+  LINAC_DEVICE static int half() {
+    return kShare == 2 ? Split::columnLane() : 0;
+  }
+  LINAC_DEVICE static int index(int i) {
+    return Split::row(half() * kSlots + i);
+  }
+  template <typename T> LINAC_DEVICE static SplitKeyRows load(const T *p) {
+    return loadSlots<SplitKeyRows, N>(p);
+  }
+  LINAC_DEVICE float sum() const {
+    float x = sumOfSlots<N>(*this);
+    return kShare == 2 ? warpSum(x) : Split::sumOverRowLanes(x);
+  }
+  /// This thread's whole share: its half, and its partner's by shuffles.
+  LINAC_DEVICE Rows rows() const {
+    Rows whole;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      if constexpr (kShare == 2) {
+        float other = __shfl_xor_sync(0xffffffffu, this->x[i], 1);
+        bool first = half() == 0;
+        whole.x[i] = first ? this->x[i] : other;
+        whole.x[kSlots + i] = first ? other : this->x[i];
+      } else {
+        whole.x[i] = this->x[i];
+      }
+    }
+    return whole;
+  }
+};
+
+/// The rows of a key vector a state op takes, whole.
+template <int N, typename Split>
+LINAC_DEVICE const KeyRows<N, Split> &wholeRows(const KeyRows<N, Split> &x) {
+  return x;
+}
+template <int N, typename Split>
+LINAC_DEVICE KeyRows<N, Split> wholeRows(const SplitKeyRows<N, Split> &x) {
+  return x.rows();
+}
+
 /// A value vector of N: this thread's columns of it.
 template <int N, typename Split>
 struct ValueColumns : Elements<ValueColumns<N, Split>, Split::kSlots> {
@@ -185,6 +245,8 @@ struct MatrixTile
 
 template <int N, typename Split>
 struct IsVector<KeyRows<N, Split>> : std::true_type {};
+template <int N, typename Split>
+struct IsVector<SplitKeyRows<N, Split>> : std::true_type {};
 template <int N, typename Split>
 struct IsVector<ValueColumns<N, Split>> : std::true_type {};
 template <int K, int V, typename Split>
@@ -469,7 +531,9 @@ struct DecodeState {
     put(p, [](int i, int column) { return i * kRowStride + column; });
   }
 
-  LINAC_DEVICE void decay(const Keys &gk, const Values &gv) {
+  template <typename KeyVector>
+  LINAC_DEVICE void decay(const KeyVector &keyGate, const Values &gv) {
+    const Keys &gk = wholeRows(keyGate);
     float columnFactor[kSlots];
 #pragma unroll
     for (int c = 0; c < kSlots; ++c)
@@ -485,7 +549,9 @@ struct DecodeState {
     }
   }
   /// A key-side gate alone: a factor per row.
-  LINAC_DEVICE void decay(const Keys &gk) {
+  template <typename KeyVector>
+  LINAC_DEVICE void decay(const KeyVector &keyGate) {
+    const Keys &gk = wholeRows(keyGate);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float rowFactor = __expf(gk.x[r]);
@@ -524,7 +590,9 @@ struct DecodeState {
     }
   }
   /// S <- S - k (e^T S).
-  LINAC_DEVICE void erase(const Keys &k, const Keys &e) {
+  template <typename KeyVector>
+  LINAC_DEVICE void erase(const KeyVector &key, const KeyVector &eraser) {
+    const Keys &k = wholeRows(key), &e = wholeRows(eraser);
     float projection[kProjections];
     project(e, projection);
 #pragma unroll
@@ -538,8 +606,10 @@ struct DecodeState {
   }
   /// erase(k, e) then write(k, u, normalizerWeight), in one pass:
   /// S <- S + k (u - e^T S)^T.
-  LINAC_DEVICE void eraseWrite(const Keys &k, const Keys &e, const Values &u,
-                               float normalizerWeight) {
+  template <typename KeyVector>
+  LINAC_DEVICE void eraseWrite(const KeyVector &key, const KeyVector &eraser,
+                               const Values &u, float normalizerWeight) {
+    const Keys &k = wholeRows(key), &e = wholeRows(eraser);
     float projection[kProjections];
     project(e, projection);
     float delta[kSlots];
@@ -556,8 +626,10 @@ struct DecodeState {
     }
   }
   /// S <- S + k u^T; the normaliser's column takes `normalizerWeight`.
-  LINAC_DEVICE void write(const Keys &k, const Values &u,
+  template <typename KeyVector>
+  LINAC_DEVICE void write(const KeyVector &key, const Values &u,
                           float normalizerWeight) {
+    const Keys &k = wholeRows(key);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
@@ -568,9 +640,10 @@ struct DecodeState {
     }
   }
   /// S^T q: this thread's columns of it.
-  LINAC_DEVICE Values read(const Keys &q, float scale) const {
+  template <typename KeyVector>
+  LINAC_DEVICE Values read(const KeyVector &query, float scale) const {
     float raw[kProjections];
-    project(q, raw);
+    project(wholeRows(query), raw);
     float divisor = 1.0f;
     if constexpr (Normalized)
       divisor = fmaxf(fabsf(raw[kSlots] * scale), 1.0f);

@@ -148,16 +148,16 @@ struct KeyRows : Elements<KeyRows<N, Split>, (N + Split::kRowLanes - 1) /
 /// same rows, so that each computes the key side (loads, gates, norms) of
 /// half of them; rows() gives the state ops the whole share. Rows that do
 /// not split evenly stay whole.
+template <int N, typename Split> constexpr int keyRowShare() {
+  return Split::kColumnLanes == 2 && KeyRows<N, Split>::kRows % 2 == 0 ? 2 : 1;
+}
 template <int N, typename Split>
-struct SplitKeyRows : Elements<SplitKeyRows<N, Split>,
-                               KeyRows<N, Split>::kRows /
-                                   (Split::kColumnLanes == 2 &&
-                                            KeyRows<N, Split>::kRows % 2 == 0
-                                        ? 2
-                                        : 1)> {
+struct SplitKeyRows
+    : Elements<SplitKeyRows<N, Split>,
+               KeyRows<N, Split>::kRows / keyRowShare<N, Split>()> {
   using Rows = KeyRows<N, Split>;
-  static constexpr int kShare =
-      Split::kColumnLanes == 2 && Rows::kRows % 2 == 0 ? 2 : 1;
+  /// Lanes that share a thread's rows: its column-lane pair, or itself.
+  static constexpr int kShare = keyRowShare<N, Split>();
   static constexpr int kSlots = Rows::kRows / kShare;
   static constexpr int kSpan = Split::kRowSpan;
   /// Which of the two halves this thread holds.

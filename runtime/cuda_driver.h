@@ -107,9 +107,10 @@ public:
   int64_t residentBlocks(CUcontext context, const std::string &entry,
                          unsigned blockThreads, unsigned sharedMemory);
 
-  /// Two zeroed counters in `context` for the launches of one kernel at a
-  /// time on `stream`, which must leave them zero: kernels that share out
-  /// work through a counter. Safe to call from several threads.
+  /// Two counters in `context`, zero before the first launch, for the
+  /// launches of one kernel at a time on `stream`, each carrying them on
+  /// for the next: kernels that share out work through a counter. Safe to
+  /// call from several threads.
   CUdeviceptr workCounters(CUcontext context, CUstream stream);
 
 private:

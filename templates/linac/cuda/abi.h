@@ -73,8 +73,8 @@ typedef struct linac_cuda_decode_args {
                                    [0, P), such as -1, skips the sequence */
   void *output;                 /* [num_seqs * tokens, H, V], activation dtype */
   float scale;
-  /* Device, two counters that are zero before the launch and that the
-   * kernel leaves zero: the next item to take, and the blocks done. */
+  /* Device, two counters, zero before a stream's first launch: the tickets
+   * taken, and the first ticket of the next launch. */
   unsigned long long *work;
   /* With the manifest's decode staging "tensor", a CUtensorMap of the pool
    * as rows of V floats (P * H * K of them), 128-byte swizzled boxes of

@@ -684,16 +684,25 @@ struct DecodeItem {
   int head, part;
 };
 
-/// Where a group's leader gets its items from: the grid's counter, an item
-/// ahead, so that neither the atomic's nor the index's latency is waited
-/// for when a stage is refilled.
+/// Where a group's leader gets its items from: tickets of the grid's
+/// counter args.work[0], taken an item ahead, so that neither the atomic's
+/// nor the index's latency is waited for when a stage is refilled. The
+/// counter is never reset, so a launch ends without a barrier across the
+/// grid: its tickets count from args.work[1], every leader takes a known
+/// number of them (two up front, then one a fill: its ring's first fills
+/// and one for each item it then takes), and the leader whose ticket is
+/// the launch's last moves args.work[1] past them for the next launch.
 template <int Parts> class DecodeItemSource {
 public:
-  /// Only a leader's source takes items.
-  LINAC_DEVICE DecodeItemSource(const linac_cuda_decode_args &args, bool leader)
-      : args(args), items(uint64_t(args.num_seqs * args.num_heads * Parts)) {
+  /// Only a leader's source takes items; each of the grid's `leaders`
+  /// fills a ring of `ring` stages.
+  LINAC_DEVICE DecodeItemSource(const linac_cuda_decode_args &args, bool leader,
+                                int leaders, int ring)
+      : args(args), items(uint64_t(args.num_seqs * args.num_heads * Parts)),
+        tickets(items + uint64_t(leaders) * uint64_t(ring + 2)) {
     if (leader) {
       ahead = atomicAdd(args.work, 1ull);
+      first = *reinterpret_cast<volatile unsigned long long *>(args.work + 1);
       advance();
     }
   }
@@ -710,17 +719,25 @@ public:
     advance();
     return item;
   }
+  /// Once the leader takes no more items: the ticket still ahead may be the
+  /// launch's last.
+  LINAC_DEVICE void finish() const { settle(ahead - first); }
 
 private:
   const linac_cuda_decode_args &args;
-  uint64_t items;
-  /// The item taken (its pool slot still on its way) and the counter's
-  /// value still on its way for the one after.
-  unsigned long long taken, ahead;
+  uint64_t items, tickets;
+  /// The launch's first ticket, the item taken (its pool slot still on its
+  /// way) and the counter's ticket still on its way for the one after.
+  unsigned long long first, taken, ahead;
   int64_t takenSlot;
 
+  LINAC_DEVICE void settle(uint64_t ticket) const {
+    if (ticket == tickets - 1)
+      args.work[1] = first + tickets;
+  }
   LINAC_DEVICE void advance() {
-    taken = ahead;
+    taken = ahead - first;
+    settle(taken);
     takenSlot = -1;
     if (taken < items)
       takenSlot = args.state_indices[int64_t(taken) / Parts / args.num_heads];
@@ -735,8 +752,7 @@ private:
 /// back through a stage of their own, so that an item's stage takes the
 /// next item as soon as the group holds it in registers. Each item's
 /// sequence's few new tokens run on its state from and back to its pool
-/// slot; sequences whose slot is outside the pool (-1) are skipped. The
-/// last block to finish zeroes the counters for the next launch.
+/// slot; sequences whose slot is outside the pool (-1) are skipped.
 template <typename Layer, typename T>
 LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   using Split = typename Layer::Decode::Split;
@@ -752,11 +768,14 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
   constexpr int kRing = kWriteStage ? kGroupStages - 1 : 1;
   static_assert(Layer::V % kParts == 0, "strips of equal width");
   extern __shared__ __align__(16) unsigned char decodeShared[];
-  float *stagingArea = reinterpret_cast<float *>(decodeShared);
+  // An offset from decodeShared, not a rounded generic address, so that the
+  // compiler still knows the stages are shared memory.
+  unsigned stagingPad = 0;
   if constexpr (Layer::kDecodeStaging == DecodeStaging::Tensor)
-    stagingArea = reinterpret_cast<float *>(
-        (reinterpret_cast<uintptr_t>(decodeShared) + kSwizzleAlignment - 1) &
-        ~uintptr_t(kSwizzleAlignment - 1));
+    stagingPad =
+        (kSwizzleAlignment - sharedAddress(decodeShared) % kSwizzleAlignment) %
+        kSwizzleAlignment;
+  float *stagingArea = reinterpret_cast<float *>(decodeShared + stagingPad);
   __shared__ uint64_t landed[Split::kGroups][kRing];
   __shared__ DecodeItem stagedItem[Split::kGroups][kRing];
   const int group = Split::group();
@@ -773,7 +792,8 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
     return stagingArea + (group * kGroupStages + s) * State::stageFloats();
   };
   float *writeStage = stage(kWriteStage ? kRing : 0);
-  DecodeItemSource<kParts> source(args, leader);
+  DecodeItemSource<kParts> source(args, leader, gridDim.x * Split::kGroups,
+                                  kRing);
   // Warp 0 takes the next item into ring slot s and starts its state
   // towards the slot's stage; the slot's barrier completes a phase per
   // item: an arrival that expects the state's bytes, or none. Unstaged,
@@ -868,17 +888,13 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
       if (leadWarp)
         fill(s);
   }
+  // The stages must outlive the copies' reads of them; the writes land
+  // before the launch ends.
   if constexpr (kStaged)
     if (leadWarp)
-      waitBulkStores();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(args.work + 1, 1ull) == gridDim.x - 1) {
-      args.work[0] = 0;
-      args.work[1] = 0;
-    }
-  }
+      waitBulkStoresRead();
+  if (leader)
+    source.finish();
 }
 
 } // namespace linac::cuda

@@ -684,40 +684,45 @@ struct DecodeItem {
   int head, part;
 };
 
-/// Where a group's leader gets its items from: tickets of the grid's
-/// counter args.work[0], taken an item ahead, so that neither the atomic's
-/// nor the index's latency is waited for when a stage is refilled. The
-/// counter is never reset, so a launch ends without a barrier across the
-/// grid: its tickets count from args.work[1], every leader takes a known
-/// number of them (two up front, then one a fill: its ring's first fills
-/// and one for each item it then takes), and the leader whose ticket is
-/// the launch's last moves args.work[1] past them for the next launch.
-template <int Parts> class DecodeItemSource {
+/// Where a group's leader gets its items from. Each of the grid's leaders
+/// is dealt the first item of each stage of its ring (leader l items l,
+/// l + leaders, ...), so a launch's first copies wait for their pool slots
+/// alone; the rest are tickets of the grid's counter args.work[0], taken an
+/// item ahead, so that neither the atomic's nor the index's latency is
+/// waited for when a stage is refilled. The counter is never reset, so a
+/// launch ends without a barrier across the grid: its tickets count from
+/// args.work[1], every leader takes a known number of them (two up front,
+/// then one for each item it takes), and the leader whose ticket is the
+/// launch's last moves args.work[1] past them for the next launch.
+template <int Parts, int Ring> class DecodeItemSource {
 public:
-  /// Only a leader's source takes items; each of the grid's `leaders`
-  /// fills a ring of `ring` stages.
+  /// Only a leader's source takes items.
   LINAC_DEVICE DecodeItemSource(const linac_cuda_decode_args &args, bool leader,
-                                int leaders, int ring)
+                                int leaderIndex, int leaders)
       : args(args), items(uint64_t(args.num_seqs * args.num_heads * Parts)),
-        tickets(items + uint64_t(leaders) * uint64_t(ring + 2)) {
+        dealtItems(uint64_t(leaders) * Ring),
+        tickets(items + 2 * uint64_t(leaders)) {
     if (leader) {
       ahead = atomicAdd(args.work, 1ull);
       first = *reinterpret_cast<volatile unsigned long long *>(args.work + 1);
-      advance();
+#pragma unroll
+      for (int k = 0; k < Ring; ++k) {
+        dealt[k] = uint64_t(leaderIndex) + uint64_t(k) * leaders;
+        dealtSlot[k] = slotOf(dealt[k]);
+      }
     }
   }
-  /// The next item; starts taking the one after it.
+  /// The item dealt to stage k of the ring.
+  LINAC_DEVICE DecodeItem dealtItem(int k) const {
+    return item(dealt[k], dealtSlot[k]);
+  }
+  /// Once the dealt items are out: starts taking tickets.
+  LINAC_DEVICE void start() { advance(); }
+  /// The next ticket's item; starts taking the one after it.
   LINAC_DEVICE DecodeItem next() {
-    DecodeItem item{-1, -1, 0, 0};
-    if (taken < items) {
-      int64_t state = int64_t(taken) / Parts, seq = state / args.num_heads;
-      item = DecodeItem{
-          seq, takenSlot >= 0 && takenSlot < args.pool_slots ? takenSlot : -1,
-          int(state - seq * args.num_heads),
-          int(int64_t(taken) - state * Parts)};
-    }
+    DecodeItem taken = item(takenItem, takenSlot);
     advance();
-    return item;
+    return taken;
   }
   /// Once the leader takes no more items: the ticket still ahead may be the
   /// launch's last.
@@ -725,22 +730,37 @@ public:
 
 private:
   const linac_cuda_decode_args &args;
-  uint64_t items, tickets;
+  uint64_t items, dealtItems, tickets;
+  uint64_t dealt[Ring];
+  int64_t dealtSlot[Ring];
   /// The launch's first ticket, the item taken (its pool slot still on its
   /// way) and the counter's ticket still on its way for the one after.
-  unsigned long long first, taken, ahead;
+  unsigned long long first, takenItem, ahead;
   int64_t takenSlot;
 
+  /// Starts loading the pool slot of item `index`'s sequence.
+  LINAC_DEVICE int64_t slotOf(uint64_t index) const {
+    return index < items
+               ? args.state_indices[int64_t(index) / Parts / args.num_heads]
+               : -1;
+  }
+  LINAC_DEVICE DecodeItem item(uint64_t index, int64_t slot) const {
+    if (index >= items)
+      return DecodeItem{-1, -1, 0, 0};
+    int64_t state = int64_t(index) / Parts, seq = state / args.num_heads;
+    return DecodeItem{seq, slot >= 0 && slot < args.pool_slots ? slot : -1,
+                      int(state - seq * args.num_heads),
+                      int(int64_t(index) - state * Parts)};
+  }
   LINAC_DEVICE void settle(uint64_t ticket) const {
     if (ticket == tickets - 1)
       args.work[1] = first + tickets;
   }
   LINAC_DEVICE void advance() {
-    taken = ahead - first;
-    settle(taken);
-    takenSlot = -1;
-    if (taken < items)
-      takenSlot = args.state_indices[int64_t(taken) / Parts / args.num_heads];
+    uint64_t ticket = ahead - first;
+    settle(ticket);
+    takenItem = dealtItems + ticket;
+    takenSlot = slotOf(takenItem);
     ahead = atomicAdd(args.work, 1ull);
   }
 };
@@ -792,15 +812,16 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
     return stagingArea + (group * kGroupStages + s) * State::stageFloats();
   };
   float *writeStage = stage(kWriteStage ? kRing : 0);
-  DecodeItemSource<kParts> source(args, leader, gridDim.x * Split::kGroups,
-                                  kRing);
-  // Warp 0 takes the next item into ring slot s and starts its state
-  // towards the slot's stage; the slot's barrier completes a phase per
-  // item: an arrival that expects the state's bytes, or none. Unstaged,
-  // the group's barrier hands the item over.
-  auto fill = [&](int s) {
+  DecodeItemSource<kParts, kRing> source(args, leader,
+                                         blockIdx.x * Split::kGroups + group,
+                                         gridDim.x * Split::kGroups);
+  // Warp 0 takes an item (`take`, on lane 0) into ring slot s and starts
+  // its state towards the slot's stage; the slot's barrier completes a
+  // phase per item: an arrival that expects the state's bytes, or none.
+  // Unstaged, the group's barrier hands the item over.
+  auto fill = [&](int s, auto take) {
     if (laneId() == 0) {
-      DecodeItem item = source.next();
+      DecodeItem item = take();
       stagedItem[group][s] = item;
       if constexpr (kStaged)
         arriveExpecting(&landed[group][s],
@@ -825,9 +846,13 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
     }
     __syncthreads();
   }
-  if (leadWarp)
+  if (leadWarp) {
+#pragma unroll
     for (int s = 0; s < kRing; ++s)
-      fill(s);
+      fill(s, [&] { return source.dealtItem(s); });
+    if (laneId() == 0)
+      source.start();
+  }
   const float scale = readScale<Layer>(args);
   T *output = static_cast<T *>(args.output);
   State state;
@@ -851,7 +876,7 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
             waitBulkStoresRead();
           Split::sync();
           if (leadWarp)
-            fill(s);
+            fill(s, [&] { return source.next(); });
         }
       } else {
         state.load(at.p);
@@ -871,7 +896,7 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
     } else if constexpr (kWriteStage) {
       Split::sync();
       if (leadWarp)
-        fill(s);
+        fill(s, [&] { return source.next(); });
     }
     if constexpr (kStaged) {
       // Once the group has written the state back, warp 0 copies it out;
@@ -886,7 +911,7 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
     }
     if constexpr (!kWriteStage)
       if (leadWarp)
-        fill(s);
+        fill(s, [&] { return source.next(); });
   }
   // The stages must outlive the copies' reads of them; the writes land
   // before the launch ends.

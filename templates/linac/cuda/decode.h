@@ -837,6 +837,7 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
                         &landed[group][s]);
     }
   };
+  auto takeNext = [&] { return source.next(); };
   if constexpr (kStaged) {
     if (threadIdx.x == 0) {
       for (int g = 0; g < Split::kGroups; ++g)
@@ -876,7 +877,7 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
             waitBulkStoresRead();
           Split::sync();
           if (leadWarp)
-            fill(s, [&] { return source.next(); });
+            fill(s, takeNext);
         }
       } else {
         state.load(at.p);
@@ -896,7 +897,7 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
     } else if constexpr (kWriteStage) {
       Split::sync();
       if (leadWarp)
-        fill(s, [&] { return source.next(); });
+        fill(s, takeNext);
     }
     if constexpr (kStaged) {
       // Once the group has written the state back, warp 0 copies it out;
@@ -911,7 +912,7 @@ LINAC_DEVICE void decodeKernel(const linac_cuda_decode_args &args) {
     }
     if constexpr (!kWriteStage)
       if (leadWarp)
-        fill(s, [&] { return source.next(); });
+        fill(s, takeNext);
   }
   // The stages must outlive the copies' reads of them; the writes land
   // before the launch ends.

@@ -268,21 +268,37 @@ LINAC_DEVICE void arriveExpecting(uint64_t *barrier, unsigned bytes) {
                "r"(bytes)
                : "memory");
 }
-/// Copies `bytes` (a multiple of 16, both ends 16-byte aligned) to shared
-/// memory with the bulk copy engine, counted on `barrier`.
+/// L2 policies for a state's copies. A state is read and then overwritten
+/// in place a few microseconds later: its lines are kept in L2 from the
+/// read until the write-back, which returns them to the normal order of
+/// eviction (bench/NOTES.md, E44 to E46).
+LINAC_DEVICE uint64_t keepUntilWrittenPolicy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+LINAC_DEVICE uint64_t writtenBackPolicy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+/// Copies `bytes` (a multiple of 16, both ends 16-byte aligned) of a state
+/// to shared memory with the bulk copy engine, counted on `barrier`.
 LINAC_DEVICE void bulkCopy(void *shared, const void *global, unsigned bytes,
                            uint64_t *barrier) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-               "bytes [%0], [%1], %2, [%3];\n" ::"r"(sharedAddress(shared)),
-               "l"(global), "r"(bytes), "r"(sharedAddress(barrier))
+               "bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+                   sharedAddress(shared)),
+               "l"(global), "r"(bytes), "r"(sharedAddress(barrier)),
+               "l"(keepUntilWrittenPolicy())
                : "memory");
 }
-/// Copies `bytes` (as bulkCopy) from shared memory back to global memory,
-/// in this thread's current bulk group.
+/// Copies `bytes` (as bulkCopy) of a state from shared memory back to
+/// global memory, in this thread's current bulk group.
 LINAC_DEVICE void bulkStore(void *global, const void *shared, unsigned bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group "
-               "[%0], [%1], %2;\n" ::"l"(global),
-               "r"(sharedAddress(shared)), "r"(bytes)
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint "
+               "[%0], [%1], %2, %3;\n" ::"l"(global),
+               "r"(sharedAddress(shared)), "r"(bytes), "l"(writtenBackPolicy())
                : "memory");
 }
 /// Closes this thread's bulk group of stores.
@@ -327,22 +343,25 @@ struct StateAt {
   int row, column;
 };
 
-/// Copies box (column, row) of `map` to shared memory, counted on `barrier`.
+/// Copies box (column, row) of a state pool's `map` to shared memory,
+/// counted on `barrier`.
 LINAC_DEVICE void tensorCopy(void *shared, const linac_cuda_tensor_map &map,
                              int column, int row, uint64_t *barrier) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
-               "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-                   sharedAddress(shared)),
-               "l"(&map), "r"(column), "r"(row), "r"(sharedAddress(barrier))
+               "complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
+               "%5;\n" ::"r"(sharedAddress(shared)),
+               "l"(&map), "r"(column), "r"(row), "r"(sharedAddress(barrier)),
+               "l"(keepUntilWrittenPolicy())
                : "memory");
 }
-/// Copies shared memory back to box (column, row) of `map`, in this
-/// thread's current bulk group.
+/// Copies shared memory back to box (column, row) of a state pool's `map`,
+/// in this thread's current bulk group.
 LINAC_DEVICE void tensorStore(const linac_cuda_tensor_map &map, int column,
                               int row, const void *shared) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
-               "[%0, {%1, %2}], [%3];\n" ::"l"(&map),
-               "r"(column), "r"(row), "r"(sharedAddress(shared))
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::"
+               "cache_hint [%0, {%1, %2}], [%3], %4;\n" ::"l"(&map),
+               "r"(column), "r"(row), "r"(sharedAddress(shared)),
+               "l"(writtenBackPolicy())
                : "memory");
 }
 

@@ -230,8 +230,7 @@ int64_t sharedMemoryLimit(StringRef target) {
   return target == "sm_90a" ? 227 * 1024 : 163 * 1024;
 }
 
-/// Warps of a decode block, one block per multiprocessor.
-constexpr int64_t kDecodeBlockWarps = 16;
+constexpr int64_t kDecodeBlockWarps = LINAC_CUDA_DECODE_BLOCK_WARPS;
 
 /// How decode splits and stages its items (decodeKernel in
 /// templates/linac/cuda/decode.h).
@@ -255,9 +254,7 @@ struct DecodeStagingPlan {
 DecodeStagingPlan planDecodeStaging(LayerOp layer, StringRef target,
                                     int64_t decodeWarps, int64_t decodeParts) {
   constexpr int64_t kReductionBytes = 1024;
-  // The 128-byte swizzle repeats every 1024 bytes, so tensor stages start
-  // on such a boundary; dynamic shared memory is only promised 16 bytes.
-  constexpr int64_t kSwizzleAlignment = 1024;
+  constexpr int64_t kSwizzleAlignment = LINAC_CUDA_DECODE_STAGE_ALIGNMENT;
   constexpr int64_t kMaxGroupStages = 3;
   StateType state = layer.getStateType();
   int64_t room = sharedMemoryLimit(target) - kReductionBytes;

@@ -45,6 +45,13 @@ typedef struct linac_cuda_forward_args {
 /* Columns of a decode state's tensor-map box: 128 bytes of floats, the
  * widest row the 128-byte swizzle takes. */
 #define LINAC_CUDA_DECODE_BOX_COLUMNS 32
+/* Warps of a decode block, one block a multiprocessor. */
+#define LINAC_CUDA_DECODE_BLOCK_WARPS 16
+/* Where tensor-staged decode stages start in shared memory: the 128-byte
+ * swizzle repeats every 1024 bytes, and dynamic shared memory is only
+ * promised 16-byte alignment, so the manifest's decode shared memory
+ * includes this much for padding. */
+#define LINAC_CUDA_DECODE_STAGE_ALIGNMENT 1024
 
 /* The driver's opaque CUtensorMap: 128 bytes, 128-byte aligned. */
 typedef struct linac_cuda_tensor_map {

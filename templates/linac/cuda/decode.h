@@ -32,7 +32,7 @@ namespace linac::cuda {
 /// Warps of a decode block, one block per multiprocessor: with 4 or 8 warps
 /// an item, several groups compute at once, so some compute while others
 /// wait.
-constexpr int kDecodeBlockWarps = 16;
+constexpr int kDecodeBlockWarps = LINAC_CUDA_DECODE_BLOCK_WARPS;
 template <typename Layer> constexpr int decodeThreads() {
   return kDecodeBlockWarps * 32;
 }
@@ -391,9 +391,16 @@ struct DecodeState {
 
   LINAC_DEVICE static int row(int r) { return Split::row(r); }
   LINAC_DEVICE static int column(int c) { return Split::column(c); }
+  /// Whether this thread's row r and column slot c are in the state; no
+  /// check where no thread's reach past it.
+  LINAC_DEVICE static bool liveRow(int r) {
+    return Split::kRowSpan <= K || row(r) < K;
+  }
+  LINAC_DEVICE static bool liveColumn(int c) {
+    return Split::kColumnSpan <= kHeld || column(c) < kHeld;
+  }
   LINAC_DEVICE static bool live(int r, int c) {
-    return (Split::kRowSpan <= K || row(r) < K) &&
-           (Split::kColumnSpan <= kHeld || column(c) < kHeld);
+    return liveRow(r) && liveColumn(c);
   }
   /// Calls f(r, c) for each of this thread's live rows r and runs of four
   /// value columns from slot c.
@@ -504,13 +511,13 @@ struct DecodeState {
       } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          if (column(c + i) < kHeld)
+          if (liveColumn(c + i))
             s[r][c + i] = run[i];
       }
     });
 #pragma unroll
     for (int r = 0; r < (Normalized ? kRows : 0); ++r)
-      norm[r] = row(r) < K ? p[at(row(r), kHeld)] : 0.0f;
+      norm[r] = liveRow(r) ? p[at(row(r), kHeld)] : 0.0f;
   }
   /// Takes this thread's part of a staged state, once it has landed.
   LINAC_DEVICE void loadStaged(const float *area) { fill(area, staged); }
@@ -529,7 +536,7 @@ struct DecodeState {
       } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          if (column(c + i) < kHeld)
+          if (liveColumn(c + i))
             run[i] = s[r][c + i];
       }
     });
@@ -538,7 +545,7 @@ struct DecodeState {
       if (Split::warp() == 0 && Split::columnLane() == 0)
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
-          if (row(r) < K)
+          if (liveRow(r))
             p[at(row(r), kHeld)] = norm[r];
   }
   /// Puts this thread's part back into the staging area it came from.
@@ -669,9 +676,7 @@ struct DecodeState {
     Values out;
 #pragma unroll
     for (int c = 0; c < kSlots; ++c)
-      out.x[c] = Split::kColumnSpan <= kHeld || column(c) < kHeld
-                     ? raw[c] * scale / divisor
-                     : 0.0f;
+      out.x[c] = liveColumn(c) ? raw[c] * scale / divisor : 0.0f;
     return out;
   }
 };
@@ -682,9 +687,7 @@ using DecodeItemState =
     DecodeState<Layer::K, Layer::V, Layer::kDecodeParts, Layer::kNormalizer,
                 typename Layer::Decode::Split, Layer::kDecodeStaging>;
 
-/// The 128-byte swizzle repeats every 1024 bytes, so tensor stages start on
-/// such a boundary; dynamic shared memory is only promised 16 bytes.
-constexpr size_t kSwizzleAlignment = 1024;
+constexpr size_t kSwizzleAlignment = LINAC_CUDA_DECODE_STAGE_ALIGNMENT;
 
 /// Dynamic shared memory of the decode kernel: the groups' rings of staged
 /// states.

@@ -96,6 +96,9 @@ StateType::verify(function_ref<InFlightDiagnostic()> emitError,
   if (keyDim == 0 || valueDim == 0)
     return emitError() << "state dimensions must be positive, got " << keyDim
                        << "x" << valueDim;
+  if (keyDim > kMaxStateDim || valueDim > kMaxStateDim)
+    return emitError() << "state dimensions must be at most " << kMaxStateDim
+                       << ", got " << keyDim << "x" << valueDim;
   return success();
 }
 
@@ -109,6 +112,13 @@ Type StateType::parse(AsmParser &parser) {
     return {};
   if (dims.size() != 2) {
     parser.emitError(loc, "state needs two dimensions, K x V");
+    return {};
+  }
+  // Checked before narrowing to the type's unsigned parameters.
+  if (llvm::any_of(dims, [](int64_t d) { return d > kMaxStateDim; })) {
+    parser.emitError(loc) << "state dimensions must be at most "
+                          << kMaxStateDim << ", got " << dims[0] << "x"
+                          << dims[1];
     return {};
   }
   bool normalized = succeeded(parser.parseOptionalComma());

@@ -219,10 +219,58 @@ static LogicalResult verifyStateThreading(LayerOp layer) {
   return success();
 }
 
+/// Values in a step are the state, f32 scalars and f32 tensors of one side
+/// (or a key-by-value matrix); integers, indices and unencoded tensors have
+/// no lowering.
+static bool isStepType(Type type) {
+  return isa<StateType>(type) || type.isF32() || isKeyVector(type) ||
+         isValueVector(type) || isMatrixGate(type);
+}
+
+/// A constant is one finite f32, or a splat of one over a vector of a side.
+static LogicalResult verifyConstant(arith::ConstantOp constant) {
+  Attribute value = constant.getValue();
+  std::optional<APFloat> number;
+  if (auto scalar = dyn_cast<FloatAttr>(value))
+    number = scalar.getValue();
+  else if (auto splat = dyn_cast<SplatElementsAttr>(value))
+    number = splat.getSplatValue<APFloat>();
+  else
+    return constant.emitOpError(
+        "in a step must be one value or a splat; a value per element is a "
+        "parameter (params(...)), not a constant");
+  if (!number->isFinite())
+    return constant.emitOpError() << "in a step must be finite, got "
+                                  << number->convertToDouble();
+  return success();
+}
+
+/// Every op of the body is flat elementwise math on step values: no nested
+/// regions, no integer or index values, finite constants.
+static LogicalResult verifyBodyOps(LayerOp layer) {
+  for (Operation &op : layer.getBody().front()) {
+    if (op.getNumRegions() != 0)
+      return op.emitOpError("cannot appear in a step: a step is straight-line "
+                            "code without nested regions");
+    SmallVector<Type> types(op.getOperandTypes());
+    llvm::append_range(types, op.getResultTypes());
+    for (Type type : types)
+      if (!isStepType(type))
+        return op.emitOpError()
+               << "takes or makes a value of type " << type
+               << "; a step computes with f32 scalars, key-side or "
+                  "value-side f32 vectors and key-by-value matrices";
+    if (auto constant = dyn_cast<arith::ConstantOp>(op);
+        constant && failed(verifyConstant(constant)))
+      return failure();
+  }
+  return success();
+}
+
 LogicalResult LayerOp::verify() { return verifySignature(*this); }
 
 LogicalResult LayerOp::verifyRegions() {
-  if (failed(verifyStateThreading(*this)))
+  if (failed(verifyBodyOps(*this)) || failed(verifyStateThreading(*this)))
     return failure();
 
   SmallVector<ReadOp> reads(getBody().getOps<ReadOp>());

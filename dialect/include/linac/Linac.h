@@ -22,6 +22,10 @@
 #include "linac/LinacTypes.h.inc"
 
 namespace linac {
+/// The largest K and V a state may have. Every kernel keeps a state's key
+/// rows or value columns on chip; past this, the generated code takes the
+/// host compiler or nvcc unbounded time.
+constexpr unsigned kMaxStateDim = 512;
 /// A 1-D f32 tensor encoded #linac.key.
 bool isKeyVector(mlir::Type type);
 /// A 1-D f32 tensor encoded #linac.value.

@@ -318,13 +318,26 @@ void BodyEmitter::emitSlice(ArrayRef<Value> roots, Placement placement) {
     for (BlockArgument arg : layer.getBody().getArguments())
       if (args.contains(arg))
         emitArgument(arg);
+  // The state ops update one state in place, so the read goes where the
+  // state it names exists, wherever the body writes it: before every
+  // transition for the incoming state, else just after the transition that
+  // made its state. Its query comes along.
+  ReadOp read = needed.contains(form.read) ? form.read : ReadOp();
+  auto emitReadOf = [&](Value state) {
+    if (!read || read.getState() != state)
+      return;
+    emitOnDemand(read.getQuery());
+    emitStateOp(read);
+  };
+  emitReadOf(layer.getState());
   // An erase whose state only a write with the same key takes.
   EraseOp pendingErase;
   for (Operation &op : layer.getBody().front()) {
-    if (!needed.contains(&op) || isa<YieldOp>(op))
+    if (!needed.contains(&op) || isa<YieldOp, ReadOp>(op))
       continue;
     if (isPure(op)) {
-      if (!firstUse)
+      // A read's query may already be out.
+      if (!firstUse && !names.count(op.getResult(0)))
         emitPure(&op);
       continue;
     }
@@ -344,9 +357,10 @@ void BodyEmitter::emitSlice(ArrayRef<Value> roots, Placement placement) {
         write && pendingErase && write.getState() == pendingErase.getResult()) {
       emitEraseWrite(pendingErase, write);
       pendingErase = nullptr;
-      continue;
+    } else {
+      emitStateOp(&op);
     }
-    emitStateOp(&op);
+    emitReadOf(op.getResult(0));
   }
   if (firstUse)
     for (Value root : roots)

@@ -10,16 +10,20 @@
 #include "linac/Compiler/Codegen.h"
 #include "linac/cuda/abi.h"
 #include "linac/Compiler/Passes.h"
+#include "linac/Compiler/SpecSource.h"
 #include "linac/Linac.h"
 #include "linac/bench.h"
 #include "linac/npy.h"
 #include "linac/package.h"
+
+#include "PackageOutput.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -64,6 +68,10 @@ static cl::opt<int64_t> decodeParts(
 static cl::opt<std::string> outputPath("o", cl::desc("Package directory"),
                                        cl::value_desc("NAME.linac"),
                                        cl::sub(compileCommand));
+static cl::opt<bool> forceOutput(
+    "force",
+    cl::desc("Replace -o's path even if it is not a linac package"),
+    cl::sub(compileCommand));
 
 static cl::SubCommand runCommand("run", "Run a package's forward pass on .npy files");
 static cl::opt<std::string> runPackage(cl::Positional, cl::desc("<NAME.linac>"),
@@ -195,10 +203,10 @@ static std::string toolchainFingerprint(const Toolchain &tools) {
     text += " " + flag;
   SmallString<128> versionFile;
   if (!fs::createTemporaryFile("linac-version", "txt", versionFile)) {
+    linac::output::Temporary temporary(versionFile.str().str());
     std::string error;
     execute(tools.program, {"--version"}, error, versionFile);
-    text += readFile(versionFile.str().str());
-    fs::remove(versionFile);
+    text += readFile(temporary.path());
   }
   std::vector<std::string> templates;
   std::error_code ec;
@@ -250,9 +258,11 @@ static LogicalResult buildKernel(const Toolchain &tools, StringRef source,
     return failure();
   }
   if (!cached.empty() && !fs::create_directories(cache)) {
-    std::string staging = fmt::format("{}.tmp{}", cached, getpid());
-    if (!fs::copy_file(kernel, staging) && fs::rename(staging, cached))
-      fs::remove(staging);
+    linac::output::Temporary staging(
+        fmt::format("{}.tmp{}", cached, getpid()));
+    if (!fs::copy_file(kernel, staging.path()) &&
+        !fs::rename(staging.path(), cached))
+      staging.release();
   }
   return success();
 }
@@ -345,8 +355,12 @@ static int compile() {
                       math::MathDialect>();
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  OwningOpRef<ModuleOp> module =
-      parseSourceFile<ModuleOp>(specPath, sourceMgr, &context);
+  std::string error;
+  std::unique_ptr<llvm::MemoryBuffer> spec = openInputFile(specPath, &error);
+  if (!spec)
+    return fail(error);
+  sourceMgr.AddNewSourceBuffer(std::move(spec), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = linac::parseSpec(sourceMgr, &context);
   if (!module)
     return 1;
   SmallVector<linac::LayerOp> layers(module->getOps<linac::LayerOp>());
@@ -373,15 +387,16 @@ static int compile() {
 
   std::string out = outputPath.empty() ? layer.getSymName().str() + ".linac"
                                        : outputPath.getValue();
-  // Build beside the destination and rename, so that a reader never sees
-  // half a package.
-  std::string staging = fmt::format("{}.tmp{}", out, getpid());
-  fs::remove_directories(staging);
-  if (std::error_code ec = fs::create_directories(staging))
-    return fail("cannot create " + staging + ": " + ec.message());
+  std::string refusal = linac::output::refusal(out, forceOutput);
+  if (!refusal.empty())
+    return fail(refusal);
+  std::string stagingPath = linac::output::createStaging(out, error);
+  if (stagingPath.empty())
+    return fail(error);
+  linac::output::Temporary staging(stagingPath);
   auto write = [&](StringRef name, StringRef text) {
     std::error_code ec;
-    llvm::raw_fd_ostream file((staging + "/" + name).str(), ec);
+    llvm::raw_fd_ostream file((staging.path() + "/" + name).str(), ec);
     if (ec)
       return failure();
     file << text;
@@ -449,19 +464,13 @@ static int compile() {
 
   if (failed(write(tools->source, *source)) ||
       failed(write("layer.mlir", normalized)) ||
-      failed(buildKernel(*tools, staging + "/" + tools->source,
-                         staging + "/" + tools->kernel, *source)) ||
-      failed(write("manifest.json", manifestText))) {
-    fs::remove_directories(staging);
+      failed(buildKernel(*tools, staging.path() + "/" + tools->source,
+                         staging.path() + "/" + tools->kernel, *source)) ||
+      failed(write("manifest.json", manifestText)))
     return fail("could not write the package " + out);
-  }
-  fs::remove_directories(out);
-  if (std::error_code ec = fs::rename(staging, out)) {
-    // Another process may have just put the same package there.
-    fs::remove_directories(staging);
-    if (readFile(out + "/manifest.json") != manifestText)
-      return fail("cannot move the package into " + out + ": " + ec.message());
-  }
+  std::string installError = linac::output::install(staging, out);
+  if (!installError.empty())
+    return fail(installError);
   llvm::outs() << out << "\n";
   return 0;
 }
@@ -629,6 +638,7 @@ static int bench() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  linac::output::removeTemporariesOnSignal();
   linac::registerLinacPasses();
   cl::ParseCommandLineOptions(argc, argv, "linac: a compiler for linear attention\n");
   if (compileCommand)

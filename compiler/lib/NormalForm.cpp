@@ -94,6 +94,13 @@ NormalForm linac::deriveNormalForm(LayerOp layer) {
   form.query = form.read.getQuery();
 
   SmallVector<Operation *> chain = stateChain(layer);
+  form.mayGrow = llvm::any_of(chain, [](Operation *op) {
+    if (auto decay = dyn_cast<DecayOp>(op))
+      return decay.getMayGrow();
+    if (auto matrix = dyn_cast<MatrixGateOp>(op))
+      return matrix.getMayGrow();
+    return false;
+  });
   // Where the read sits: 0 is before every transition.
   Value readState = form.read.getState();
   size_t readPosition =

@@ -11,7 +11,9 @@
 // CHECK-SAME: chunkable = false
 // STRICT: error: outside the normal form: the read sits between two transitions
 linac.layer @read_between(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : f32) {
-  %S1 = linac.decay %S key(%g : f32) : !state
+  %g_zero = arith.constant 0.0 : f32
+  %g_le0 = arith.minimumf %g, %g_zero : f32
+  %S1 = linac.decay %S key(%g_le0 : f32) : !state
   // expected-remark @+1 {{outside the normal form, so the layer runs as a recurrent scan: the read sits between two transitions}}
   %o = linac.read %S1, %q : !state, !key -> !value
   %S2 = linac.write %S1, %k, %v : !state, !key, !value
@@ -29,8 +31,10 @@ linac.layer @read_between(%S : !state) inputs(%q : !key, %k : !key, %v : !value,
 // STRICT: error: outside the normal form: a decay after an erase or write
 linac.layer @decay_after_write(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : f32) {
   %S1 = linac.write %S, %k, %v : !state, !key, !value
+  %g_zero = arith.constant 0.0 : f32
+  %g_le0 = arith.minimumf %g, %g_zero : f32
   // expected-remark @+1 {{a decay after an erase or write is outside the normal form (decays come first)}}
-  %S2 = linac.decay %S1 key(%g : f32) : !state
+  %S2 = linac.decay %S1 key(%g_le0 : f32) : !state
   %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value
 }
@@ -92,8 +96,10 @@ linac.layer @two_writes(%S : !state) inputs(%q : !key, %k : !key, %v : !value) {
 // CHECK: linac.layer @no_write
 // CHECK-SAME: chunkable = false
 linac.layer @no_write(%S : !state) inputs(%q : !key, %g : f32) {
+  %g_zero = arith.constant 0.0 : f32
+  %g_le0 = arith.minimumf %g, %g_zero : f32
   // expected-remark @+1 {{the step never writes; the normal form ends in a write}}
-  %S1 = linac.decay %S key(%g : f32) : !state
+  %S1 = linac.decay %S key(%g_le0 : f32) : !state
   %o = linac.read %S1, %q : !state, !key -> !value
   linac.yield %S1, %o : !state, !value
 }
@@ -112,8 +118,14 @@ linac.layer @no_write(%S : !state) inputs(%q : !key, %g : f32) {
 // CHECK: linac.layer @fixed_from_params
 // CHECK-SAME: key_decay = "fixed"
 linac.layer @merged_decays(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : f32, %gk : !key, %gv : !value) {
-  %S1 = linac.decay %S key(%g : f32) : !state
-  %S2 = linac.decay %S1 key(%gk : !key) value(%gv : !value) : !state
+  %g_zero = arith.constant 0.0 : f32
+  %g_le0 = arith.minimumf %g, %g_zero : f32
+  %S1 = linac.decay %S key(%g_le0 : f32) : !state
+  %gk_zero = arith.constant dense<0.0> : !key
+  %gk_le0 = arith.minimumf %gk, %gk_zero : !key
+  %gv_zero = arith.constant dense<0.0> : !value
+  %gv_le0 = arith.minimumf %gv, %gv_zero : !value
+  %S2 = linac.decay %S1 key(%gk_le0 : !key) value(%gv_le0 : !value) : !state
   %S3 = linac.write %S2, %k, %v : !state, !key, !value
   %o = linac.read %S3, %q : !state, !key -> !value
   linac.yield %S3, %o : !state, !value
@@ -121,7 +133,9 @@ linac.layer @merged_decays(%S : !state) inputs(%q : !key, %k : !key, %v : !value
 linac.layer @fixed_from_params(%S : !state) inputs(%q : !key, %k : !key, %v : !value) params(%a : f32) {
   %h = linac.head_index : f32
   %g = arith.mulf %a, %h : f32
-  %S1 = linac.decay %S key(%g : f32) : !state
+  %g_zero = arith.constant 0.0 : f32
+  %g_le0 = arith.minimumf %g, %g_zero : f32
+  %S1 = linac.decay %S key(%g_le0 : f32) : !state
   %S2 = linac.write %S1, %k, %v : !state, !key, !value
   %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value

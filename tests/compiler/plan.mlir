@@ -26,7 +26,9 @@
 // SM80: linac.layer @vector_gate
 // SM80-SAME: target = "sm_80"
 linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : !key, %b : f32) {
-  %S1 = linac.decay %S key(%g : !key) : !state
+  %g_zero = arith.constant dense<0.0> : !key
+  %g_le0 = arith.minimumf %g, %g_zero : !key
+  %S1 = linac.decay %S key(%g_le0 : !key) : !state
   %S2 = linac.erase %S1, %k strength(%b : f32) : !state, !key
   %S3 = linac.write %S2, %k, %v strength(%b : f32) : !state, !key, !value
   %o = linac.read %S3, %q : !state, !key -> !value
@@ -36,7 +38,9 @@ linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, 
 // SM90: linac.layer @matrix
 // SM90-SAME: linac.plan = {block_threads = 32 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", grid = "heads,sequences", target = "sm_90a"}
 linac.layer @matrix(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %G : tensor<64x32xf32, #linac.matrix>) {
-  %S1 = linac.matrix_gate %S, %G : !state, tensor<64x32xf32, #linac.matrix>
+  %G_zero = arith.constant dense<0.0> : tensor<64x32xf32, #linac.matrix>
+  %G_le0 = arith.minimumf %G, %G_zero : tensor<64x32xf32, #linac.matrix>
+  %S1 = linac.matrix_gate %S, %G_le0 : !state, tensor<64x32xf32, #linac.matrix>
   %S2 = linac.write %S1, %k, %v : !state, !key, !value
   %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value
@@ -47,7 +51,9 @@ linac.layer @matrix(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %G : 
 // SM90: linac.layer @value_decay
 // SM90-SAME: linac.plan = {block_threads = 32 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", grid = "heads,sequences", recurrent_reason = "value-side decay", target = "sm_90a"}
 linac.layer @value_decay(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %h : !value) {
-  %S1 = linac.decay %S value(%h : !value) : !state
+  %h_zero = arith.constant dense<0.0> : !value
+  %h_le0 = arith.minimumf %h, %h_zero : !value
+  %S1 = linac.decay %S value(%h_le0 : !value) : !state
   %S2 = linac.write %S1, %k, %v : !state, !key, !value
   %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value
@@ -76,7 +82,9 @@ linac.layer @large_delta(%S : !linac.state<128x128>)
     inputs(%q : tensor<128xf32, #linac.key>, %k : tensor<128xf32, #linac.key>,
            %v : tensor<128xf32, #linac.value>, %g : tensor<128xf32, #linac.key>,
            %b : f32) {
-  %S1 = linac.decay %S key(%g : tensor<128xf32, #linac.key>) : !linac.state<128x128>
+  %g_zero = arith.constant dense<0.0> : tensor<128xf32, #linac.key>
+  %g_le0 = arith.minimumf %g, %g_zero : tensor<128xf32, #linac.key>
+  %S1 = linac.decay %S key(%g_le0 : tensor<128xf32, #linac.key>) : !linac.state<128x128>
   %S2 = linac.erase %S1, %k strength(%b : f32) : !linac.state<128x128>, tensor<128xf32, #linac.key>
   %S3 = linac.write %S2, %k, %v strength(%b : f32) : !linac.state<128x128>, tensor<128xf32, #linac.key>, tensor<128xf32, #linac.value>
   %o = linac.read %S3, %q : !linac.state<128x128>, tensor<128xf32, #linac.key> -> tensor<128xf32, #linac.value>

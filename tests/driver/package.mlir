@@ -34,7 +34,9 @@
 !state = !linac.state<16x8>
 
 linac.layer @grouped(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %beta : !key) params(%gamma : f32) {
-  %S1 = linac.decay %S key(%gamma : f32) : !state
+  %gamma_zero = arith.constant 0.0 : f32
+  %gamma_le0 = arith.minimumf %gamma, %gamma_zero : f32
+  %S1 = linac.decay %S key(%gamma_le0 : f32) : !state
   %S2 = linac.erase %S1, %k strength(%beta : !key) : !state, !key
   %S3 = linac.write %S2, %k, %v : !state, !key, !value
   %o = linac.read %S3, %q : !state, !key -> !value

@@ -9,7 +9,9 @@
 linac.layer @sine_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : f32) {
   // CHECK: error: no backend can lower this op
   %s = math.sin %g : f32
-  %S1 = linac.decay %S key(%s : f32) : !state
+  %s_zero = arith.constant 0.0 : f32
+  %s_le0 = arith.minimumf %s, %s_zero : f32
+  %S1 = linac.decay %S key(%s_le0 : f32) : !state
   %S2 = linac.write %S1, %k, %v : !state, !key, !value
   %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value

@@ -86,17 +86,25 @@ def Linac_DecayOp : Linac_TransitionOp<"decay", [AttrSizedOperandSegments]> {
     that depends on per-head values only (parameters, `linac.head_index`,
     constants) is a fixed per-head decay.
 
+    Log-gates must be provably at most 0 (`-linac-normalize` checks their
+    range). `may_grow` admits gates that may be positive, factors above 1
+    that grow the state; such a layer runs as a recurrent scan, whose
+    per-token factors stay exact.
+
     ```mlir
     %S1 = linac.decay %S key(%g : f32) : !linac.state<128x128>
     %S1 = linac.decay %S key(%gk : !key) value(%gv : !value) : !linac.state<128x128>
+    %S1 = linac.decay %S key(%g : f32) may_grow : !linac.state<128x128>
     ```
   }];
   let arguments = (ins Linac_StateType:$state,
                        Optional<Linac_ScalarOrKeyVector>:$key_gate,
-                       Optional<Linac_ValueVector>:$value_gate);
+                       Optional<Linac_ValueVector>:$value_gate,
+                       UnitAttr:$may_grow);
   let assemblyFormat = [{
     $state (`key` `(` $key_gate^ `:` type($key_gate) `)`)?
            (`value` `(` $value_gate^ `:` type($value_gate) `)`)?
+           (`may_grow` $may_grow^)?
     attr-dict `:` qualified(type($state))
   }];
   let hasVerifier = 1;
@@ -106,10 +114,14 @@ def Linac_MatrixGateOp : Linac_TransitionOp<"matrix_gate"> {
   let summary = "S <- exp(G) (.) S with a per-token K x V log-gate G";
   let description = [{
     Not chunkable: a layer with a matrix gate runs as a recurrent scan.
+    The log-gate must be provably at most 0 unless marked `may_grow`, as
+    for `linac.decay`.
   }];
-  let arguments = (ins Linac_StateType:$state, Linac_Matrix:$gate);
+  let arguments = (ins Linac_StateType:$state, Linac_Matrix:$gate,
+                       UnitAttr:$may_grow);
   let assemblyFormat = [{
-    $state `,` $gate attr-dict `:` qualified(type($state)) `,` type($gate)
+    $state `,` $gate (`may_grow` $may_grow^)? attr-dict `:`
+    qualified(type($state)) `,` type($gate)
   }];
   let hasVerifier = 1;
 }

@@ -40,6 +40,8 @@ struct NormalForm {
   /// The read sees the state before the token's transitions.
   bool readBefore = false;
   bool normalizer = false;
+  /// A decay or matrix gate is marked may_grow: its factors may exceed 1.
+  bool mayGrow = false;
 
   /// False when the body is outside the form; `blocker` is the op that
   /// breaks it and `reason` says how.

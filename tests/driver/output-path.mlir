@@ -6,6 +6,7 @@
 // RUN: cd %t/notes && not linac compile %s -o . 2>&1 | FileCheck %s --check-prefix=HERE
 // RUN: cd %t/notes && not linac compile %s -o .. --force 2>&1 | FileCheck %s --check-prefix=HERE
 // RUN: cd %t
+// RUN: linac compile %s -o relative.linac && test -f %t/relative.linac/manifest.json
 // RUN: cat %t/notes/todo.txt | FileCheck %s --check-prefix=KEPT
 
 // A package is replaced; one holding a file linac did not write is not.
@@ -38,6 +39,7 @@
 // LEFT: notes
 // LEFT: p.linac
 // LEFT: q.linac
+// LEFT: relative.linac
 
 !key = tensor<4xf32, #linac.key>
 !value = tensor<4xf32, #linac.value>

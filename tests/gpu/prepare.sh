@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run here, on the machine with the compiler: compiles every example, and
-# the specs in tests/gpu/specs/ that cover other paths, for a GPU target
+# the specs in tests/cpu/specs/ and tests/gpu/specs/ that cover other
+# paths (read order, growing and zero decays, odd dimensions), for a GPU target
 # into .gpu-packages/ and copies the header-only JSON library the
 # runtime needs into .deps/, for GPU machines that lack it. Carry both
 # folders (and the working tree) to the GPU machine and run tests/gpu/run.sh.
@@ -8,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 target=${1:-sm_90a}
 mkdir -p .gpu-packages .deps/include .deps/share/cmake
-for spec in examples/*.mlir tests/gpu/specs/*.mlir; do
+for spec in examples/*.mlir tests/cpu/specs/*.mlir tests/gpu/specs/*.mlir; do
   name=$(basename "$spec" .mlir)
   build/bin/linac compile "$spec" --target "$target" -o ".gpu-packages/$name.linac" >/dev/null
 done

@@ -153,8 +153,10 @@ std::string createStaging(const std::string &out, std::string &error) {
       error = "cannot create " + parent.str() + ": " + ec.message();
       return "";
     }
-  llvm::SmallString<256> staging;
-  if (std::error_code ec = fs::createUniqueDirectory(out + ".tmp", staging)) {
+  // createUniqueDirectory puts a relative prefix in the temporary directory.
+  llvm::SmallString<256> prefix(out + ".tmp"), staging;
+  fs::make_absolute(prefix);
+  if (std::error_code ec = fs::createUniqueDirectory(prefix, staging)) {
     error = "cannot create a directory beside " + out + ": " + ec.message();
     return "";
   }

@@ -1,8 +1,10 @@
 //===- cpu_numerics_test.cpp - CPU packages against the fp64 reference ----===//
 //
 // Every example, and specs no seed system uses, at several K and V, on fresh
-// random inputs: output and final state within 1e-5 of the reference, every
-// element written and finite.
+// random inputs (gates moderate, strong, saturating to decay factors of 0,
+// and zero): output and final state within 1e-5 of the reference, every
+// element written and finite; and a token of NaN gates, which must leave
+// NaN wherever the reference has NaN.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,6 +71,33 @@ TEST_P(CpuNumerics, StrongGates) {
   c.tokens = 150;
   c.gates = GateRange::Strong;
   check(GetParam(), {64, 64}, c);
+}
+
+// Decay factors of exactly 0 where fp32's gate math saturates: a reset,
+// never a NaN.
+TEST_P(CpuNumerics, SaturatingGates) {
+  Case c;
+  c.tokens = 150;
+  c.gates = GateRange::Saturating;
+  c.initialState = true;
+  check(GetParam(), {64, 64}, c);
+}
+
+// A NaN gate is no reset: the floor keeps it NaN, so the kernel's results
+// are NaN wherever the reference's are.
+TEST_P(CpuNumerics, NanGatesStayNan) {
+  Dims dims{64, 64};
+  auto package = compiled(GetParam(), dims,
+                          fs::path(testing::TempDir()) / "linac_cpu_numerics");
+  Case c;
+  c.tokens = 150;
+  c.initialState = true;
+  c.nanGateToken = 70;
+  Outcome outcome = run(*package, dims, c);
+  EXPECT_TRUE(outcome.nansKept) << "a NaN gate became a number";
+  if (!makeProblem(*package, dims, c).decayInputs.empty()) {
+    EXPECT_GT(outcome.referenceNans, 0) << "no NaN reached the reference";
+  }
 }
 
 TEST_P(CpuNumerics, ZeroKeysAndGates) {

@@ -2,8 +2,9 @@
 //
 // Every example and the extra specs: a decode step of 1 and of 8 tokens on
 // a pool addressed per sequence (a -1 entry skipped, slots out of order)
-// against the fp64 reference, and a prefill followed by decode steps
-// against one prefill of all the tokens.
+// against the fp64 reference, 8 also under gates saturating to decay
+// factors of 0, and a prefill followed by decode steps against one prefill
+// of all the tokens.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,13 +34,16 @@ protected:
 };
 
 TEST_P(Decode, MatchesReferenceOnAPool) {
-  for (int64_t tokens : {1, 8}) {
+  for (auto [tokens, gates] : {std::pair{int64_t(1), GateRange::Moderate},
+                               {int64_t(8), GateRange::Moderate},
+                               {int64_t(8), GateRange::Saturating}}) {
     Case c;
     c.batch = 4;
     c.tokens = tokens;
     c.heads = 2;
     c.keyHeads = 2;
     c.initialState = true;
+    c.gates = gates;
     Problem problem = makeProblem(*package, kDims, c);
     // Sequence 1 is skipped; the others sit in slots 2, 0 and 4 of 5.
     std::vector<int64_t> indices{2, -1, 0, 4};
@@ -67,8 +71,10 @@ TEST_P(Decode, MatchesReferenceOnAPool) {
     reference::Result want = reference::run(problem.reference);
     size_t row = size_t(tokens) * c.heads * kDims.v;
     for (size_t b = 0; b < indices.size(); ++b) {
-      SCOPED_TRACE("tokens " + std::to_string(tokens) + ", sequence " +
-                   std::to_string(b));
+      SCOPED_TRACE(
+          "tokens " + std::to_string(tokens) +
+          (gates == GateRange::Saturating ? ", saturating gates" : "") +
+          ", sequence " + std::to_string(b));
       if (indices[b] < 0) {
         for (size_t i = b * row; i < (b + 1) * row; ++i)
           ASSERT_TRUE(std::isnan(output[i])) << "a skipped sequence's output";

@@ -5,13 +5,15 @@
 // Runs each package on the GPU over the cases below on fresh random inputs,
 // outputs poisoned with NaN first, and compares outputs and final states
 // with the fp64 reference: relative error at most 1e-2 for bf16 and fp16
-// inputs, 1e-4 for fp32, every element written and finite; one case puts
-// every argument and the output one element off alignment. Then decode in
-// bf16 and fp32: steps of 1 and 8 tokens for 5 sequences and of 1 for 300
-// on a state pool (sequences skipped, slots out of order) against the
-// reference, and a prefill followed by a decode step against one prefill of
-// all the tokens. With --bench it
-// then times every package at B8 T4096 H16 in bf16 (one JSON line each, as
+// inputs, 1e-4 for fp32, every element written and finite; gates moderate,
+// strong, saturating to decay factors of 0 and zero; one case puts every
+// argument and the output one element off alignment, and one makes a
+// token's gates NaN, which must leave NaN wherever the reference has NaN. Then
+// decode in bf16 and fp32: steps of 1 and 8 tokens for 5 sequences (8 also
+// under saturating gates) and of 1 for 300 on a state pool (sequences skipped,
+// slots out of order) against the reference, and a prefill followed by a
+// decode step against one prefill of all the tokens. With --bench it then
+// times every package at B8 T4096 H16 in bf16 (one JSON line each, as
 // `linac bench` prints) and prints a table last; --bench-only skips the
 // checks (for profilers). Exits non-zero on any failed check.
 //
@@ -168,12 +170,13 @@ Outcome runCase(const Package &package, const Case &c, DType dtype,
 }
 
 /// A decode step of `tokens` for `batch` sequences on a pool of `batch`
-/// slots, in reverse order: every fifth sequence from the second skipped
-/// (slot -1), and the last too (a slot past the pool). Errors are the worst
-/// over the decoded sequences and their slots; `finite` also requires the
-/// skipped sequences' outputs and the unused slots to be left alone.
+/// slots, gates drawn from `gates`, in reverse order: every fifth sequence from
+/// the second skipped (slot -1), and the last too (a slot past the pool).
+/// Errors are the worst over the decoded sequences and their slots; `finite`
+/// also requires the skipped sequences' outputs and the unused slots to be left
+/// alone.
 Outcome runDecodeCase(const Package &package, int64_t batch, int64_t tokens,
-                      DType dtype) {
+                      DType dtype, GateRange gates = GateRange::Moderate) {
   Dims dims{int(package.keyDim()), int(package.valueDim())};
   Case c;
   c.batch = batch;
@@ -181,6 +184,7 @@ Outcome runDecodeCase(const Package &package, int64_t batch, int64_t tokens,
   c.heads = 4;
   c.keyHeads = 4;
   c.initialState = true;
+  c.gates = gates;
   Problem problem = makeProblem(package, dims, c, roundingOf(dtype));
   int64_t slots = batch;
   std::vector<int64_t> indices(batch);
@@ -308,6 +312,16 @@ std::vector<NamedCase> cases() {
   add("grouped", DType::BFloat16, [](Case &c) { c.keyHeads = 2; });
   add("gates-20", DType::BFloat16,
       [](Case &c) { c.gates = GateRange::Strong; });
+  // Decay factors of exactly 0 where the gate math saturates in fp32: on
+  // the chunkwise kernel in bf16, on the scan in fp32.
+  add("saturating", DType::BFloat16,
+      [](Case &c) { c.gates = GateRange::Saturating; });
+  add("satur-fp32", DType::Float32, [](Case &c) {
+    c.tokens = 130;
+    c.gates = GateRange::Saturating;
+  });
+  // A NaN gate is no reset: NaN wherever the reference has NaN.
+  add("nan-gates", DType::BFloat16, [](Case &c) { c.nanGateToken = 150; });
   add("T1", DType::BFloat16, [](Case &c) { c.batch = 3, c.tokens = 1; });
   add("zero-gates", DType::BFloat16, [](Case &c) {
     c.tokens = 100;
@@ -365,13 +379,16 @@ int main(int argc, char **argv) {
       std::string name;
       DType dtype;
       std::function<Outcome()> run;
+      bool nanGates = false; ///< judged by nansKept alone
     };
     std::vector<Check> checks;
     for (const NamedCase &named : cases())
-      checks.push_back({named.name, named.dtype, [&package, named] {
+      checks.push_back({named.name, named.dtype,
+                        [&package, named] {
                           return runCase(package, named.c, named.dtype,
                                          named.misaligned);
-                        }});
+                        },
+                        named.c.nanGateToken >= 0});
     for (DType dtype : {DType::BFloat16, DType::Float32}) {
       for (int64_t tokens : {1, 8})
         checks.push_back({"decode-" + std::to_string(tokens), dtype,
@@ -382,6 +399,10 @@ int main(int argc, char **argv) {
       // counter's tickets, which carry on from the launches before.
       checks.push_back({"decode-B300", dtype, [&package, dtype] {
                           return runDecodeCase(package, 300, 1, dtype);
+                        }});
+      checks.push_back({"decode-sat", dtype, [&package, dtype] {
+                          return runDecodeCase(package, 5, 8, dtype,
+                                               GateRange::Saturating);
                         }});
       checks.push_back({"prefill+dec", dtype, [&package, dtype] {
                           return runPrefillThenDecode(package, dtype);
@@ -396,9 +417,14 @@ int main(int argc, char **argv) {
       Outcome outcome;
       try {
         outcome = check.run();
-        bool good = outcome.finite && outcome.outputError <= tolerance &&
-                    outcome.stateError <= tolerance;
-        verdict = good ? "ok" : outcome.finite ? "FAIL" : "FAIL (NaN or unwritten)";
+        bool good = check.nanGates
+                        ? outcome.nansKept
+                        : outcome.finite && outcome.outputError <= tolerance &&
+                              outcome.stateError <= tolerance;
+        verdict = good             ? "ok"
+                  : check.nanGates ? "FAIL (a NaN gate became a number)"
+                  : outcome.finite ? "FAIL"
+                                   : "FAIL (NaN or unwritten)";
         ok &= good;
       } catch (const Error &e) {
         verdict = std::string("FAIL: ") + e.what();

@@ -83,9 +83,12 @@ Problem makeProblem(const Package &package, Dims dims, const Case &c,
   std::normal_distribution<float> normal;
   std::uniform_real_distribution<float> unit(0.1f, 0.9f);
   std::uniform_real_distribution<float> strong(-20.0f, 20.0f);
+  std::uniform_real_distribution<float> saturated(104.0f, 200.0f);
+  std::bernoulli_distribution eighth(0.125), negative(0.5);
   std::set<std::string> decays = decayInputs(manifest["step"]);
 
   Problem problem;
+  problem.decayInputs = decays;
   reference::Problem &ref = problem.reference;
   ref.step = manifest["step"];
   ref.numHeads = c.heads;
@@ -108,17 +111,26 @@ Problem makeProblem(const Package &package, Dims dims, const Case &c,
     bool param = arg.role == "param";
     int64_t heads = (arg.kind == "key" && activation) ? c.keyHeads : c.heads;
     std::vector<float> values((param ? 1 : totalTokens) * heads * features);
-    for (float &x : values) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      float &x = values[i];
       if (param)
         x = unit(rng);
       else if (activation)
         x = (c.zeroKeys && arg.name == "k") ? 0.0f : normal(rng);
       else if (c.gates == GateRange::Zero)
         x = 0.0f;
-      else if (c.gates == GateRange::Strong && decays.count(arg.name))
+      else if (c.gates == GateRange::Saturating && decays.count(arg.name) &&
+               eighth(rng))
+        x = negative(rng) ? -saturated(rng) : saturated(rng);
+      else if ((c.gates == GateRange::Strong ||
+                c.gates == GateRange::Saturating) &&
+               decays.count(arg.name))
         x = strong(rng);
       else
         x = normal(rng);
+      if (!param && decays.count(arg.name) &&
+          int64_t(i) / (heads * features) == c.nanGateToken)
+        x = std::nanf("");
       if (round && !param)
         x = round(x);
     }
@@ -156,6 +168,13 @@ Outcome compare(const Problem &problem, const std::vector<float> &output,
   for (const std::vector<float> *values : {&output, &finalState})
     for (float x : *values)
       outcome.finite &= std::isfinite(x);
+  for (auto [got, expected] :
+       {std::pair{&output, &want.output}, {&finalState, &want.finalState}})
+    for (size_t i = 0; i < expected->size(); ++i)
+      if (std::isnan((*expected)[i])) {
+        ++outcome.referenceNans;
+        outcome.nansKept &= std::isnan((*got)[i]);
+      }
   outcome.outputError = relativeError(output, want.output, 0, want.output.size());
   outcome.stateError =
       relativeError(finalState, want.finalState, 0, want.finalState.size());

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,11 @@ struct Dims {
 };
 
 /// Raw gate inputs: N(0, 1); uniform in [-20, 20] for the inputs decays
-/// derive from; all zero.
-enum class GateRange { Moderate, Strong, Zero };
+/// derive from; as Strong with one element in eight of magnitude 104 to 200
+/// and either sign, past which fp32's sigmoid is 0 or 1 and exp overflows
+/// (log-decays of -inf, a decay factor of 0, for log(sigmoid(x)) and
+/// -exp(x)); all zero.
+enum class GateRange { Moderate, Strong, Saturating, Zero };
 
 struct Case {
   int64_t batch = 2, tokens = 65, heads = 2;
@@ -35,6 +39,8 @@ struct Case {
   bool initialState = false;
   bool zeroKeys = false;
   GateRange gates = GateRange::Moderate;
+  /// A token of the packed token axis whose decay inputs are all NaN, or -1.
+  int64_t nanGateToken = -1;
 };
 
 struct Argument {
@@ -47,6 +53,7 @@ struct Problem {
   std::map<std::string, Argument> arguments; ///< inputs and parameters
   std::vector<float> initialState;           ///< empty for zeros
   int64_t outputSize = 0, stateSize = 0;
+  std::set<std::string> decayInputs; ///< the inputs decays derive from
   reference::Problem reference;
 };
 
@@ -59,6 +66,8 @@ Problem makeProblem(const Package &package, Dims dims, const Case &c,
 struct Outcome {
   double outputError = 0, stateError = 0; ///< relative to the reference
   bool finite = true;                     ///< every element written and finite
+  int64_t referenceNans = 0;              ///< the reference's NaN elements
+  bool nansKept = true;                   ///< NaN wherever the reference is
   double milliseconds = 0;                ///< the package's forward pass
 };
 

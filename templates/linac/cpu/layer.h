@@ -17,6 +17,7 @@
 
 #include "linac/cpu/abi.h"
 #include "linac/cpu/vec.h"
+#include "linac/gates.h"
 
 #include <algorithm>
 #include <array>
@@ -168,7 +169,8 @@ void scanSequence(const linac_cpu_forward_args &args, int64_t seq,
 /// The chunkwise algorithm of DESIGN.md section 4 for one sequence and head.
 /// Every gate factor is exp of a difference of cumulative log-gates taken
 /// per pair (t, j) with j <= t, so exponents are never positive and no
-/// cumulative decay or its inverse is formed alone.
+/// cumulative decay or its inverse is formed alone; each token's log-gate is
+/// first raised to gates.h's floor.
 template <typename Layer>
 void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
                    int64_t head) {
@@ -209,10 +211,12 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
     for (int t = 0; t < L; ++t) {
       Layer::prologue(Token<Layer>{args, start + t, head}, ops[t]);
       ops[t].q = ops[t].q * Vec<K>::splat(scale);
+      // Floored first: a zero decay factor (-inf) would make the sums'
+      // differences NaN.
       for (int d = 0; d < K; ++d)
-        lam[t][d] = (t ? lam[t - 1][d] : 0.0) + ops[t].gk[d];
+        lam[t][d] = (t ? lam[t - 1][d] : 0.0) + floorLogGate(ops[t].gk[d]);
       for (int j = 0; j < V; ++j)
-        psi[t][j] = (t ? psi[t - 1][j] : 0.0) + ops[t].gv[j];
+        psi[t][j] = (t ? psi[t - 1][j] : 0.0) + floorLogGate(ops[t].gv[j]);
       lamQ[t] = !Layer::kReadBefore ? lam[t] : t ? lam[t - 1] : KeyLogs{};
       psiQ[t] = !Layer::kReadBefore ? psi[t] : t ? psi[t - 1] : ValueLogs{};
     }

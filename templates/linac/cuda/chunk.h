@@ -17,9 +17,10 @@
 //      S <- Lambda_C (.) S + (K (.) Lambda_C / Lambda)^T Delta;
 //   7. each warp normalises its tokens' reads and runs the generated epilogue.
 // Gate factors are exponentials of differences of cumulative log-gates that
-// are never positive: a scalar gate scales rows and columns of a product; a
-// key-vector gate takes the factorised product across 16-token sub-chunks
-// (referenced to the end of the earlier sub-chunk) and pairs inside one.
+// are never positive, each token's log-gate first raised to gates.h's
+// floor: a scalar gate scales rows and columns of a product; a key-vector
+// gate takes the factorised product across 16-token sub-chunks (referenced
+// to the end of the earlier sub-chunk) and pairs inside one.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +28,7 @@
 #define LINAC_CUDA_CHUNK_H
 
 #include "linac/cuda/token.h"
+#include "linac/gates.h"
 
 #include <cstdint>
 #include <type_traits>
@@ -357,15 +359,6 @@ template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
                                            ChunkParams<Layer>::offset(i));
   }
 };
-
-/// Log-gates below this per token are raised to it: every factor spanning
-/// such a token is then at most e^-60 instead of smaller, a difference fp32
-/// outputs cannot show, while cumulative sums stay small enough for their
-/// differences to keep fp32 precision.
-constexpr float kLogGateFloor = -60.0f;
-LINAC_DEVICE float floorLogGate(float g) {
-  return g < kLogGateFloor ? kLogGateFloor : g;
-}
 
 //===----------------------------------------------------------------------===//
 // Tensor-core tiles: mma.sync m16n8k16, bf16 operands, fp32 accumulators.
@@ -778,6 +771,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       ops.k.storeAligned(s.k + i * KS);
       if constexpr (kErase)
         ops.e.storeAligned(s.e + i * KS);
+      // Floored before the cumulative sums: a zero decay factor (-inf)
+      // would make their differences NaN.
       if constexpr (G == Gate::Vector)
         ops.gk.map([](float g) { return floorLogGate(g); })
             .storeAligned(s.gates + i * KS);

@@ -1,6 +1,6 @@
 //===- gpu_check.cpp - CUDA packages against the fp64 reference -----------===//
 //
-//   linac-gpu-check [--bench | --bench-only] [--reps N] NAME.linac...
+//   linac-gpu-check [--bench | --bench-only] [--reps N] [--rounds N] NAME.linac...
 //
 // Runs each package on the GPU over the cases below on fresh random inputs,
 // outputs poisoned with NaN first, and compares outputs and final states
@@ -15,7 +15,9 @@
 // decode step against one prefill of all the tokens. With --bench it then
 // times every package at B8 T4096 H16 in bf16 (one JSON line each, as
 // `linac bench` prints) and prints a table last; --bench-only skips the
-// checks (for profilers). Exits non-zero on any failed check.
+// checks (for profilers). --rounds N runs the checks N times, each on fresh
+// inputs, and reports each check's largest errors over the rounds. Exits
+// non-zero on any failed check.
 //
 //===----------------------------------------------------------------------===//
 
@@ -338,7 +340,7 @@ std::vector<NamedCase> cases() {
 
 int main(int argc, char **argv) {
   bool bench = false, runChecks = true;
-  int reps = 50;
+  int reps = 50, rounds = 1;
   std::vector<std::string> packages;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench"))
@@ -347,11 +349,16 @@ int main(int argc, char **argv) {
       bench = true, runChecks = false;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
+      rounds = std::atoi(argv[++i]);
     else
       packages.push_back(argv[i]);
   }
-  if (packages.empty()) {
-    std::fprintf(stderr, "usage: %s [--bench | --bench-only] [--reps N] NAME.linac...\n", argv[0]);
+  if (packages.empty() || rounds < 1) {
+    std::fprintf(stderr,
+                 "usage: %s [--bench | --bench-only] [--reps N] [--rounds N] "
+                 "NAME.linac...\n",
+                 argv[0]);
     return 2;
   }
   check(cudaFree(nullptr), "CUDA initialisation");
@@ -361,8 +368,17 @@ int main(int argc, char **argv) {
   std::vector<std::unique_ptr<Package>> opened;
   std::vector<std::string> names; ///< package directories' stems
 
-  std::printf("%-22s %-11s %-9s %10s %10s %s\n", "layer", "case", "dtype",
-              "out err", "state err", "result");
+  struct Check {
+    const Package *package;
+    std::string name;
+    DType dtype;
+    std::function<Outcome()> run;
+    bool nanGates = false; ///< judged by nansKept alone
+    /// The largest errors over the rounds, and the rounds it failed.
+    double outputError = 0, stateError = 0;
+    std::string verdict = "ok";
+  };
+  std::vector<Check> checks;
   for (const std::string &path : packages) {
     try {
       opened.push_back(Package::open(path));
@@ -375,15 +391,8 @@ int main(int argc, char **argv) {
       continue;
     }
     const Package &package = *opened.back();
-    struct Check {
-      std::string name;
-      DType dtype;
-      std::function<Outcome()> run;
-      bool nanGates = false; ///< judged by nansKept alone
-    };
-    std::vector<Check> checks;
     for (const NamedCase &named : cases())
-      checks.push_back({named.name, named.dtype,
+      checks.push_back({&package, named.name, named.dtype,
                         [&package, named] {
                           return runCase(package, named.c, named.dtype,
                                          named.misaligned);
@@ -391,28 +400,31 @@ int main(int argc, char **argv) {
                         named.c.nanGateToken >= 0});
     for (DType dtype : {DType::BFloat16, DType::Float32}) {
       for (int64_t tokens : {1, 8})
-        checks.push_back({"decode-" + std::to_string(tokens), dtype,
+        checks.push_back({&package, "decode-" + std::to_string(tokens), dtype,
                           [&package, tokens, dtype] {
                             return runDecodeCase(package, 5, tokens, dtype);
                           }});
       // More items than the grid's leaders are dealt, so most come from the
       // counter's tickets, which carry on from the launches before.
-      checks.push_back({"decode-B300", dtype, [&package, dtype] {
+      checks.push_back({&package, "decode-B300", dtype, [&package, dtype] {
                           return runDecodeCase(package, 300, 1, dtype);
                         }});
-      checks.push_back({"decode-sat", dtype, [&package, dtype] {
+      checks.push_back({&package, "decode-sat", dtype, [&package, dtype] {
                           return runDecodeCase(package, 5, 8, dtype,
                                                GateRange::Saturating);
                         }});
-      checks.push_back({"prefill+dec", dtype, [&package, dtype] {
+      checks.push_back({&package, "prefill+dec", dtype, [&package, dtype] {
                           return runPrefillThenDecode(package, dtype);
                         }});
     }
-    for (const Check &check : checks) {
-      if (!runChecks)
-        break;
-      DType dtype = check.dtype;
-      double tolerance = dtype == DType::Float32 ? 1e-4 : 1e-2;
+  }
+
+  // Every round draws fresh inputs; a check's row shows its largest errors
+  // over the rounds.
+  for (int round = 1; runChecks && round <= rounds; ++round) {
+    int failed = 0;
+    for (Check &check : checks) {
+      double tolerance = check.dtype == DType::Float32 ? 1e-4 : 1e-2;
       std::string verdict;
       Outcome outcome;
       try {
@@ -425,21 +437,36 @@ int main(int argc, char **argv) {
                   : check.nanGates ? "FAIL (a NaN gate became a number)"
                   : outcome.finite ? "FAIL"
                                    : "FAIL (NaN or unwritten)";
-        ok &= good;
       } catch (const Error &e) {
         verdict = std::string("FAIL: ") + e.what();
-        ok = false;
       }
-      char row[160];
-      std::snprintf(row, sizeof row, "%-22s %-11s %-9s %10.2e %10.2e ",
-                    package.layer().c_str(), check.name.c_str(),
-                    dtypeName(dtype), outcome.outputError, outcome.stateError);
-      std::string line = row + verdict;
-      std::printf("%s\n", line.c_str());
-      std::fflush(stdout);
-      if (verdict != "ok")
-        failures.push_back(line);
+      check.outputError = std::max(check.outputError, outcome.outputError);
+      check.stateError = std::max(check.stateError, outcome.stateError);
+      if (verdict == "ok")
+        continue;
+      ++failed;
+      ok = false;
+      char row[200];
+      std::snprintf(row, sizeof row, "round %d: %-22s %-11s %-9s %10.2e %10.2e ",
+                    round, check.package->layer().c_str(), check.name.c_str(),
+                    dtypeName(check.dtype), outcome.outputError,
+                    outcome.stateError);
+      failures.push_back(row + verdict);
+      std::printf("%s\n", failures.back().c_str());
+      check.verdict = "FAIL";
     }
+    std::printf("round %d of %d: %zu checks, %d failed\n", round, rounds,
+                checks.size(), failed);
+    std::fflush(stdout);
+  }
+  if (runChecks) {
+    std::printf("%-22s %-11s %-9s %10s %10s %s\n", "layer", "case", "dtype",
+                "out err", "state err", "result");
+    for (const Check &check : checks)
+      std::printf("%-22s %-11s %-9s %10.2e %10.2e %s\n",
+                  check.package->layer().c_str(), check.name.c_str(),
+                  dtypeName(check.dtype), check.outputError, check.stateError,
+                  check.verdict.c_str());
   }
 
   if (bench) {

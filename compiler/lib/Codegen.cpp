@@ -522,6 +522,14 @@ std::string header(LayerOp layer, StringRef include) {
 
 } // namespace
 
+bool linac::chunkwiseFor(LayerOp layer, StringRef dtype) {
+  if (isRecurrent(layer) || dtype == "float32")
+    return false;
+  auto float16 = layer->getAttrOfType<DictionaryAttr>(kPlanAttr)
+                     .getAs<BoolAttr>("chunkwise_float16");
+  return dtype == "bfloat16" || !float16 || float16.getValue();
+}
+
 FailureOr<std::string> linac::emitCpuSource(LayerOp layer) {
   BodyEmitter emitter(layer);
   std::string out = header(layer, "linac/cpu/layer.h") +
@@ -631,14 +639,13 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
                                          decodePlacement)) +
          "};\n\n} // namespace\n\n";
   if (!recurrent)
-    out += fmt::format(
-        "static_assert(linac::cuda::chunkSharedBytes<Layer>() == {}, "
-        "\"the plan's shared memory\");\n"
-        "LINAC_CHUNK_KERNELS(Layer)\n"
-        "LINAC_SCAN_KERNEL_FLOAT32(Layer)\n",
-        planInteger(layer, "shared_memory"));
-  else
-    out += "LINAC_SCAN_KERNELS(Layer)\n";
+    out += fmt::format("static_assert(linac::cuda::chunkSharedBytes<Layer>() "
+                       "== {}, \"the plan's shared memory\");\n",
+                       planInteger(layer, "shared_memory"));
+  for (StringRef dtype : {"float32", "bfloat16", "float16"})
+    out += fmt::format("LINAC_{}_KERNEL_{}(Layer)\n",
+                       chunkwiseFor(layer, dtype) ? "CHUNK" : "SCAN",
+                       dtype.upper());
   out += fmt::format(
       "static_assert(linac::cuda::decodeSharedBytes<Layer>() == {}, "
       "\"the plan's decode shared memory\");\n"

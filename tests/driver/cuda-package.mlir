@@ -78,8 +78,9 @@
 // SOURCE: KeyRows<16, Split>::load(token.input(0))
 // SOURCE: state.eraseWrite(arg_k, {{.*}} * arg_k, {{.*}} * arg_v, v{{[0-9]+}});
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
-// SOURCE: LINAC_CHUNK_KERNELS(Layer)
 // SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)
+// SOURCE-NEXT: LINAC_CHUNK_KERNEL_BFLOAT16(Layer)
+// SOURCE-NEXT: LINAC_CHUNK_KERNEL_FLOAT16(Layer)
 // SOURCE: LINAC_DECODE_KERNELS(Layer)
 
 // WARPS8: "decode_warps": 8

@@ -22,3 +22,8 @@
 // CUDA-NEXT: "block_threads":
 // CUDA-NEXT: "dtype":
 // CUDA-NEXT: "entry": "linac_chunk_bfloat16"
+// fp16 activations take the scan: the normaliser's division amplifies the
+// chunkwise kernel's bf16 rounding of fp16 inputs.
+// CUDA-NOT: "linac_chunk_float16"
+// CUDA: "entry": "linac_scan_float16"
+// CUDA: "chunkwise_float16": false

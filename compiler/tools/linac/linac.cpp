@@ -300,7 +300,6 @@ static llvm::json::Array kernelList(linac::LayerOp layer, StringRef file) {
     return llvm::json::Array{llvm::json::Object{
         {"entry", "linac_cpu_forward"}, {"file", file}}};
   auto plan = layer->getAttrOfType<DictionaryAttr>(linac::kPlanAttr);
-  bool recurrent = plan.getAs<StringAttr>("family").getValue() == "recurrent";
   llvm::json::Array kernels;
   auto add = [&](StringRef family, StringRef dtype, int64_t threads,
                  int64_t shared) {
@@ -312,15 +311,13 @@ static llvm::json::Array kernelList(linac::LayerOp layer, StringRef file) {
         {"block_threads", threads},
         {"shared_memory", shared}});
   };
-  if (!recurrent)
-    for (StringRef dtype : {"bfloat16", "float16"})
+  for (StringRef dtype : {"bfloat16", "float16"})
+    if (linac::chunkwiseFor(layer, dtype))
       add("chunk", dtype, plan.getAs<IntegerAttr>("block_threads").getInt(),
           plan.getAs<IntegerAttr>("shared_memory").getInt());
   int64_t scanThreads = scanBlockThreads(layer);
-  // The tensor-core kernels take 16-bit activations; fp32 ones always run
-  // the exact scan.
   for (StringRef dtype : {"float32", "bfloat16", "float16"})
-    if (recurrent || dtype == "float32")
+    if (!linac::chunkwiseFor(layer, dtype))
       add("scan", dtype, scanThreads, 0);
   return kernels;
 }

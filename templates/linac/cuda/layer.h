@@ -27,22 +27,21 @@
   LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, 1,                   \
                        linac_cuda_forward_args)
 
-#define LINAC_CHUNK_KERNELS(Layer)                                             \
+/// The forward kernel of one activation dtype: the chunkwise kernel (16-bit
+/// activations only) or the exact scan, as the plan chooses.
+#define LINAC_CHUNK_KERNEL_BFLOAT16(Layer)                                     \
   LINAC_CUDA_ENTRY(Layer, chunk, bfloat16, __nv_bfloat16,                     \
-                   linac::cuda::chunkThreads<Layer>())                         \
+                   linac::cuda::chunkThreads<Layer>())
+#define LINAC_CHUNK_KERNEL_FLOAT16(Layer)                                      \
   LINAC_CUDA_ENTRY(Layer, chunk, float16, __half,                             \
                    linac::cuda::chunkThreads<Layer>())
-
-/// fp32 activations always take the exact scan.
 #define LINAC_SCAN_KERNEL_FLOAT32(Layer)                                       \
   LINAC_CUDA_ENTRY(Layer, scan, float32, float,                               \
                    linac::cuda::scanThreads<Layer>())
-
-/// All three dtypes, for layers without a chunkwise kernel.
-#define LINAC_SCAN_KERNELS(Layer)                                              \
-  LINAC_SCAN_KERNEL_FLOAT32(Layer)                                             \
+#define LINAC_SCAN_KERNEL_BFLOAT16(Layer)                                      \
   LINAC_CUDA_ENTRY(Layer, scan, bfloat16, __nv_bfloat16,                      \
-                   linac::cuda::scanThreads<Layer>())                          \
+                   linac::cuda::scanThreads<Layer>())
+#define LINAC_SCAN_KERNEL_FLOAT16(Layer)                                       \
   LINAC_CUDA_ENTRY(Layer, scan, float16, __half,                              \
                    linac::cuda::scanThreads<Layer>())
 

@@ -26,6 +26,10 @@ mlir::FailureOr<std::string> emitCudaSource(LayerOp layer);
 /// interprets token by token.
 llvm::json::Object emitStepProgram(LayerOp layer);
 
+/// Whether a GPU package's forward kernel for activations of `dtype`
+/// (float32, bfloat16 or float16) is the chunkwise one; else the scan.
+bool chunkwiseFor(LayerOp layer, llvm::StringRef dtype);
+
 /// The kind of a value: state, key, value, scalar or matrix.
 llvm::StringRef kindOf(mlir::Type type);
 

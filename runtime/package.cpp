@@ -1,9 +1,11 @@
 //===- package.cpp - loading and running packages -------------------------===//
 
 #include "linac/package.h"
+#include "linac/integrity.h"
 #include "linac/runtime.h"
 
 #include "cuda_driver.h"
+#include "linac/contract.h"
 #include "linac/cpu/abi.h"
 #include "linac/cuda/abi.h"
 
@@ -21,7 +23,12 @@
 
 namespace linac {
 
-static constexpr int kManifestFormat = 1;
+static constexpr int kManifestFormat = 2;
+/// Key and value dimensions beyond any layer's, small enough that sizes
+/// derived from them stay far from overflow.
+static constexpr int64_t kMaxDim = 1 << 20;
+/// New tokens per decode call beyond any speculative decode's.
+static constexpr int64_t kMaxDecodeTokens = 1 << 16;
 /// The grid is (heads, sequences); CUDA caps its y dimension.
 static constexpr int64_t kMaxCudaSequences = 65535;
 
@@ -67,11 +74,119 @@ static std::optional<DType> parseDType(const std::string &name) {
 }
 
 static std::string readFile(const std::string &path, const std::string &file) {
-  std::ifstream in(path + "/" + file, std::ios::binary);
-  std::stringstream bytes;
-  if (!in || !(bytes << in.rdbuf()))
+  std::ifstream in(path + "/" + file, std::ios::binary | std::ios::ate);
+  std::streamoff size = in ? std::streamoff(in.tellg()) : -1;
+  std::string bytes(size > 0 ? size_t(size) : 0, '\0');
+  if (size < 0 || !in.seekg(0) || !in.read(bytes.data(), bytes.size()))
     throw packageError(path, "cannot read '" + file + "'");
-  return bytes.str();
+  return bytes;
+}
+
+/// `object.at(key)`, which the manifest calls `field`, as an integer in
+/// [min, max] (min >= 0).
+static int64_t integerField(const std::string &path,
+                            const nlohmann::json &object, const char *key,
+                            const std::string &field, int64_t min,
+                            int64_t max) {
+  const nlohmann::json &value = object.at(key);
+  // Non-negative JSON integers parse as unsigned: compare them as such.
+  if (value.is_number_unsigned() && value.get<uint64_t>() <= uint64_t(max) &&
+      value.get<int64_t>() >= min)
+    return value.get<int64_t>();
+  throw packageError(path, "manifest.json: " + field + " is " + value.dump() +
+                               "; expected an integer from " +
+                               std::to_string(min) + " to " +
+                               std::to_string(max));
+}
+
+/// A kernel file's name, which must name a file inside the package.
+static std::string fileField(const std::string &path,
+                             const nlohmann::json &kernel,
+                             const std::string &field) {
+  std::string file = kernel.at("file").get<std::string>();
+  if (file.empty() || file == "." || file == ".." ||
+      file.find('/') != std::string::npos)
+    throw packageError(path, "manifest.json: " + field + " '" + file +
+                                 "' is not a file of the package");
+  return file;
+}
+
+/// The manifest's arguments, each with a known role and, for inputs and
+/// parameters, a known kind, and no name twice.
+static std::vector<ArgumentInfo> argumentsOf(const std::string &path,
+                                             const nlohmann::json &list) {
+  std::vector<ArgumentInfo> arguments;
+  for (const nlohmann::json &arg : list) {
+    ArgumentInfo info{
+        arg.at("name").get<std::string>(), arg.at("role").get<std::string>(),
+        arg.at("kind").get<std::string>(), arg.at("shape").get<std::string>()};
+    std::string field = "arguments[" + std::to_string(arguments.size()) + "]";
+    if (info.name.empty())
+      throw packageError(path, "manifest.json: " + field + " has no name");
+    for (const ArgumentInfo &other : arguments)
+      if (other.name == info.name)
+        throw packageError(path, "manifest.json: " + field + " '" + info.name +
+                                     "' appears twice");
+    if (info.role != "input" && info.role != "param" && info.role != "runtime")
+      throw packageError(path, "manifest.json: " + field + " '" + info.name +
+                                   "' has role '" + info.role +
+                                   "'; expected input, param or runtime");
+    if (info.role != "runtime" && info.kind != "key" && info.kind != "value" &&
+        info.kind != "scalar" && info.kind != "matrix")
+      throw packageError(path, "manifest.json: " + field + " '" + info.name +
+                                   "' has kind '" + info.kind +
+                                   "'; expected key, value, scalar or matrix");
+    arguments.push_back(std::move(info));
+  }
+  return arguments;
+}
+
+/// The checks that tie a package's binary to its manifest
+/// (docs/runtime.md): the manifest's fields hash to its integrity.contract,
+/// the file has the size and SHA-256 that integrity.files records, and it
+/// carries the contract. Returns the file's bytes, verified, so that what
+/// is loaded is what was checked.
+static std::string verifiedBinary(const std::string &path,
+                                  const std::string &manifestText,
+                                  const nlohmann::json &integrity,
+                                  const std::string &file) {
+  std::string contract = integrity.at("contract").get<std::string>();
+  std::string fieldsHash = contractHash(manifestText);
+  if (fieldsHash != contract)
+    throw packageError(path, "manifest.json does not match its "
+                             "integrity.contract " +
+                                 contract + " (its fields hash to " +
+                                 fieldsHash +
+                                 "): it was edited after compilation");
+  const nlohmann::json &files = integrity.at("files");
+  if (!files.contains(file))
+    throw packageError(path, "manifest.json: integrity.files has no entry "
+                             "for '" +
+                                 file + "'");
+  const nlohmann::json &record = files.at(file);
+  int64_t size =
+      integerField(path, record, "bytes", "integrity.files." + file + ".bytes",
+                   0, std::numeric_limits<int64_t>::max());
+  std::string bytes = readFile(path, file);
+  if (int64_t(bytes.size()) != size)
+    throw packageError(path, file + " has " + std::to_string(bytes.size()) +
+                                 " bytes, but integrity.files." + file +
+                                 ".bytes in manifest.json records " +
+                                 std::to_string(size) +
+                                 " (truncated or replaced)");
+  std::string sha256 = record.at("sha256").get<std::string>();
+  if (sha256Hex(bytes) != sha256)
+    throw packageError(path, file + " has SHA-256 " + sha256Hex(bytes) +
+                                 ", but integrity.files." + file +
+                                 ".sha256 in manifest.json records " + sha256 +
+                                 " (changed or replaced)");
+  if (bytes.find(LINAC_CONTRACT_PREFIX + contract) == std::string::npos)
+    throw packageError(path, file +
+                                 " does not carry the manifest's "
+                                 "integrity.contract " +
+                                 contract +
+                                 ": it was built for another package");
+  return bytes;
 }
 
 std::unique_ptr<Package> Package::open(const std::string &path) {
@@ -84,9 +199,10 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
   package->manifest_ = text.str();
   try {
     nlohmann::json manifest = nlohmann::json::parse(package->manifest_);
-    if (manifest.at("format").get<int>() != kManifestFormat)
-      throw packageError(path, "manifest format " +
-                                   manifest.at("format").dump() +
+    int64_t format = integerField(path, manifest, "format", "format", 0,
+                                  std::numeric_limits<int>::max());
+    if (format != kManifestFormat)
+      throw packageError(path, "manifest format " + std::to_string(format) +
                                    " is not the supported format " +
                                    std::to_string(kManifestFormat));
     package->target_ = manifest.at("target").get<std::string>();
@@ -95,25 +211,32 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
                                    "'; this runtime runs cpu, sm_90a and "
                                    "sm_80 packages");
     package->layer_ = manifest.at("layer").get<std::string>();
-    package->keyDim_ = manifest.at("key_dim").get<int64_t>();
-    package->valueDim_ = manifest.at("value_dim").get<int64_t>();
+    package->keyDim_ =
+        integerField(path, manifest, "key_dim", "key_dim", 1, kMaxDim);
+    package->valueDim_ =
+        integerField(path, manifest, "value_dim", "value_dim", 1, kMaxDim);
     package->normalizer_ =
         manifest.at("normal_form").value("normalizer", false);
-    if (package->keyDim_ <= 0 || package->valueDim_ <= 0)
-      throw packageError(path, "manifest has non-positive dimensions");
-    for (const nlohmann::json &arg : manifest.at("arguments")) {
-      ArgumentInfo info{arg.at("name").get<std::string>(),
-                        arg.at("role").get<std::string>(),
-                        arg.at("kind").get<std::string>(),
-                        arg.at("shape").get<std::string>()};
+    package->arguments_ = argumentsOf(path, manifest.at("arguments"));
+    for (const ArgumentInfo &info : package->arguments_)
       if (info.role == "input")
         package->inputs_.push_back(info);
       else if (info.role == "param")
         package->params_.push_back(info);
-      package->arguments_.push_back(std::move(info));
-    }
+    if (package->inputs_.empty())
+      throw packageError(path, "manifest.json: the layer has no inputs");
+    const nlohmann::json &decode = manifest.at("decode");
+    if (decode.at("state_layout").get<std::string>() != "key_major")
+      throw packageError(path, "decode state layout " +
+                                   decode.at("state_layout").dump() +
+                                   " is not key_major");
+    package->maxDecodeTokens_ = integerField(
+        path, decode, "max_tokens", "decode.max_tokens", 1, kMaxDecodeTokens);
+    const nlohmann::json &integrity = manifest.at("integrity");
     if (package->runsOnDevice()) {
-      int abiVersion = manifest.at("cuda_abi_version").get<int>();
+      int64_t abiVersion =
+          integerField(path, manifest, "cuda_abi_version", "cuda_abi_version",
+                       0, std::numeric_limits<int>::max());
       if (abiVersion != LINAC_CUDA_ABI_VERSION)
         throw packageError(path, "kernels were built for CUDA ABI version " +
                                      std::to_string(abiVersion) +
@@ -125,22 +248,28 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
                                      std::to_string(LINAC_CUDA_MAX_ARGUMENTS) +
                                      " inputs or parameters");
       std::string cubin;
-      auto kernelsOf = [&](const nlohmann::json &list) {
+      auto kernelsOf = [&](const nlohmann::json &list,
+                           const std::string &listField) {
         std::vector<CudaKernel> kernels;
         for (const nlohmann::json &kernel : list) {
+          std::string field =
+              listField + "[" + std::to_string(kernels.size()) + "]";
           std::string entry = kernel.at("entry").get<std::string>();
-          std::string file = kernel.at("file").get<std::string>();
+          std::string file = fileField(path, kernel, field + ".file");
           std::optional<DType> dtype =
               parseDType(kernel.at("dtype").get<std::string>());
-          int64_t blockThreads = kernel.at("block_threads").get<int64_t>();
-          int64_t sharedMemory = kernel.at("shared_memory").get<int64_t>();
           if (!dtype)
             throw packageError(path, "kernel '" + entry + "' has dtype " +
                                          kernel.at("dtype").dump() +
                                          "; expected float32, bfloat16 or "
                                          "float16");
-          if (blockThreads <= 0 || blockThreads > 1024 || sharedMemory < 0 ||
-              sharedMemory > INT32_MAX)
+          const nlohmann::json &threads = kernel.at("block_threads");
+          const nlohmann::json &shared = kernel.at("shared_memory");
+          // CUDA's limits: 1 to 1024 threads a block, and shared memory
+          // sizes the driver takes as int.
+          if (!threads.is_number_unsigned() || !shared.is_number_unsigned() ||
+              threads.get<uint64_t>() < 1 || threads.get<uint64_t>() > 1024 ||
+              shared.get<uint64_t>() > INT32_MAX)
             throw packageError(path, "kernel '" + entry +
                                          "' has an impossible launch shape");
           if (cubin.empty())
@@ -149,16 +278,16 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
             throw packageError(path, "kernel '" + entry + "' is in '" + file +
                                          "', not in the package's cubin '" +
                                          cubin + "'");
-          kernels.push_back(
-              {entry, *dtype, unsigned(blockThreads), unsigned(sharedMemory)});
+          kernels.push_back({entry, *dtype, unsigned(threads.get<uint64_t>()),
+                             unsigned(shared.get<uint64_t>())});
         }
         return kernels;
       };
-      package->kernels_ = kernelsOf(manifest.at("kernels"));
-      const nlohmann::json &decode = manifest.at("decode");
-      package->decodeKernels_ = kernelsOf(decode.at("kernels"));
-      package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
-      package->decodeParts_ = decode.at("parts").get<int64_t>();
+      package->kernels_ = kernelsOf(manifest.at("kernels"), "kernels");
+      package->decodeKernels_ =
+          kernelsOf(decode.at("kernels"), "decode.kernels");
+      package->decodeParts_ =
+          integerField(path, decode, "parts", "decode.parts", 0, kMaxDim);
       if (package->decodeParts_ < 1 ||
           package->valueDim_ % package->decodeParts_ != 0)
         throw packageError(path, "decode parts " +
@@ -168,20 +297,27 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
       if (staging != "direct" && staging != "bulk" && staging != "tensor")
         throw packageError(path, "unknown decode staging '" + staging + "'");
       package->decodeTensorMap_ = staging == "tensor";
-      if (decode.at("state_layout").get<std::string>() != "key_major")
-        throw packageError(path, "decode state layout " +
-                                     decode.at("state_layout").dump() +
-                                     " is not key_major");
       if (package->kernels_.empty())
         throw packageError(path, "manifest lists no kernels");
-      package->modules_ =
-          std::make_unique<cuda::ModuleCache>(readFile(path, cubin));
+      package->modules_ = std::make_unique<cuda::ModuleCache>(
+          verifiedBinary(path, package->manifest_, integrity, cubin));
     } else {
-      std::string library =
-          path + "/" +
-          manifest.at("kernels").at(0).at("file").get<std::string>();
-      std::string entry =
-          manifest.at("kernels").at(0).at("entry").get<std::string>();
+      int64_t abiVersion =
+          integerField(path, manifest, "cpu_abi_version", "cpu_abi_version", 0,
+                       std::numeric_limits<int>::max());
+      if (abiVersion != LINAC_CPU_ABI_VERSION)
+        throw packageError(path, "kernel was built for CPU ABI version " +
+                                     std::to_string(abiVersion) +
+                                     "; this runtime supports version " +
+                                     std::to_string(LINAC_CPU_ABI_VERSION));
+      const nlohmann::json &kernel = manifest.at("kernels").at(0);
+      std::string file = fileField(path, kernel, "kernels[0].file");
+      std::string entry = kernel.at("entry").get<std::string>();
+      std::string decodeEntry = decode.at("entry").get<std::string>();
+      // dlopen maps the file, and a file shorter than its headers say faults
+      // there: check the bytes first.
+      verifiedBinary(path, package->manifest_, integrity, file);
+      std::string library = path + "/" + file;
       package->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!package->library_)
         throw packageError(path,
@@ -191,16 +327,19 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
       if (!version || version() != LINAC_CPU_ABI_VERSION)
         throw packageError(path,
                            "kernel was built for another CPU ABI version");
+      // dlopen returns the library already loaded from the same path, which
+      // may be an earlier build of the package than the file just checked.
+      auto loaded = static_cast<const char *>(
+          dlsym(package->library_, LINAC_CONTRACT_SYMBOL));
+      if (!loaded || loaded != LINAC_CONTRACT_PREFIX +
+                                   integrity.at("contract").get<std::string>())
+        throw packageError(path, file + " as loaded does not carry the "
+                                        "manifest's integrity.contract (is an "
+                                        "earlier build of this package still "
+                                        "open in this process?)");
       package->forward_ = dlsym(package->library_, entry.c_str());
       if (!package->forward_)
         throw packageError(path, "kernel has no entry '" + entry + "'");
-      const nlohmann::json &decode = manifest.at("decode");
-      std::string decodeEntry = decode.at("entry").get<std::string>();
-      if (decode.at("state_layout").get<std::string>() != "key_major")
-        throw packageError(path, "decode state layout " +
-                                     decode.at("state_layout").dump() +
-                                     " is not key_major");
-      package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
       package->decode_ = dlsym(package->library_, decodeEntry.c_str());
       if (!package->decode_)
         throw packageError(path, "kernel has no entry '" + decodeEntry + "'");

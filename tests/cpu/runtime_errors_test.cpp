@@ -23,8 +23,9 @@ class RuntimeErrors : public testing::Test {
 protected:
   void SetUp() override {
     work = fs::path(testing::TempDir()) / "linac_runtime_errors";
-    package = compiled(fs::path(LINAC_EXAMPLES_DIR) / "gated_deltanet.mlir",
-                       {16, 16}, work);
+    fs::path spec = fs::path(LINAC_EXAMPLES_DIR) / "gated_deltanet.mlir";
+    packagePath = compiledPath(spec, {16, 16}, work);
+    package = compiled(spec, {16, 16}, work);
     request.tensors = {{"q", tensor({1, 8, 2, 16})}, {"k", tensor({1, 8, 2, 16})},
                        {"v", tensor({1, 8, 2, 16})}, {"g", tensor({1, 8, 2})},
                        {"b", tensor({1, 8, 2})},     {"A_log", tensor({2})},
@@ -54,13 +55,13 @@ protected:
                          const std::function<std::string(std::string)> &edit) {
     fs::path copy = work / name;
     fs::remove_all(copy);
-    fs::copy(work / "gated_deltanet_16x16.linac", copy);
+    fs::copy(packagePath, copy);
     std::string manifest = package->manifest();
     std::ofstream(copy / "manifest.json") << edit(manifest);
     return copy;
   }
 
-  fs::path work;
+  fs::path work, packagePath;
   std::shared_ptr<linac::Package> package;
   std::list<std::vector<float>> storage;
   linac::ForwardRequest request;
@@ -192,9 +193,11 @@ TEST_F(RuntimeErrors, DecodeEntryOfTheManifest) {
     std::string from, to, message;
   };
   for (const Case &c :
-       {Case{"\"entry\": \"linac_cpu_decode\"", "\"entry\": \"decode_elsewhere\"",
-             "kernel has no entry 'decode_elsewhere'"},
-        Case{"\"state_layout\": \"key_major\"", "\"state_layout\": \"value_major\"",
+       {Case{"\"entry\": \"linac_cpu_decode\"",
+             "\"entry\": \"decode_elsewhere\"",
+             "manifest.json does not match its integrity.contract"},
+        Case{"\"state_layout\": \"key_major\"",
+             "\"state_layout\": \"value_major\"",
              "decode state layout \"value_major\" is not key_major"}}) {
     fs::path path = editedPackage("decode.linac", replaced(c.from, c.to));
     linac_package *handle = nullptr;
@@ -213,7 +216,7 @@ TEST_F(RuntimeErrors, NotAPackage) {
 
 TEST_F(RuntimeErrors, CApiReportsBadShapes) {
   linac_package *handle = nullptr;
-  fs::path path = work / "gated_deltanet_16x16.linac";
+  const fs::path &path = packagePath;
   ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);
   int64_t shape[] = {1, 8, 2, 15};
   linac_host_tensor q{"q", storage.front().data(), 4, shape};

@@ -8,10 +8,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "linac/Compiler/Codegen.h"
+#include "linac/cpu/abi.h"
 #include "linac/cuda/abi.h"
 #include "linac/Compiler/Passes.h"
 #include "linac/Linac.h"
 #include "linac/bench.h"
+#include "linac/integrity.h"
 #include "linac/npy.h"
 #include "linac/package.h"
 
@@ -43,7 +45,8 @@ namespace fs = llvm::sys::fs;
 static constexpr const char *kCompilerVersion = "0.1.0";
 /// New tokens per sequence a decode call takes (speculative decoding).
 static constexpr int kMaxDecodeTokens = 8;
-/// The calling convention of templates/linac/cuda/abi.h.
+/// The calling conventions of templates/linac/cpu/abi.h and cuda/abi.h.
+static constexpr int kCpuAbiVersion = LINAC_CPU_ABI_VERSION;
 static constexpr int kCudaAbiVersion = LINAC_CUDA_ABI_VERSION;
 
 static cl::SubCommand compileCommand("compile", "Compile a spec into a package");
@@ -332,6 +335,28 @@ static llvm::json::Array decodeKernelList(linac::LayerOp layer, StringRef file) 
   return kernels;
 }
 
+/// A manifest's text, as the package holds it.
+static std::string manifestJson(const llvm::json::Object &manifest) {
+  std::string text;
+  llvm::raw_string_ostream(text)
+      << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object(manifest)))
+      << "\n";
+  return text;
+}
+
+/// The manifest's integrity member: the hash of its contract, and the size
+/// and SHA-256 of the kernel file `name` at `path` (docs/runtime.md).
+static llvm::json::Object integrityOf(const std::string &contract,
+                                      const std::string &path,
+                                      const std::string &name) {
+  std::string bytes = readFile(path);
+  llvm::json::Object file{{"bytes", int64_t(bytes.size())},
+                          {"sha256", linac::sha256Hex(bytes)}};
+  return llvm::json::Object{
+      {"contract", contract},
+      {"files", llvm::json::Object{{name, std::move(file)}}}};
+}
+
 static int compile() {
   if (targetName != "cpu" && targetName != "sm_90a" && targetName != "sm_80")
     return fail("unknown target '" + targetName +
@@ -413,7 +438,7 @@ static int compile() {
   runtimeArgument("o", "value", "[B, T, H, V]", "float32");
 
   llvm::json::Object manifest{
-      {"format", 1},
+      {"format", 2},
       {"compiler_version", kCompilerVersion},
       {"target", targetName.getValue()},
       {"spec_hash", hash},
@@ -440,18 +465,27 @@ static int compile() {
     // pool for the kernel (linac_cuda_decode_args::state_map).
     decode["staging"] = plan.getAs<StringAttr>("decode_staging").getValue();
   } else {
+    manifest["cpu_abi_version"] = kCpuAbiVersion;
     decode["entry"] = "linac_cpu_decode";
   }
   manifest["decode"] = std::move(decode);
+  // The kernel file carries the hash of the manifest's contract, and the
+  // manifest the kernel file's size and hash.
+  std::string contract = linac::contractHash(manifestJson(manifest));
+  *source += linac::emitContract(contract);
   std::string manifestText;
-  llvm::raw_string_ostream(manifestText)
-      << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
+  auto writeManifest = [&] {
+    manifest["integrity"] =
+        integrityOf(contract, staging + "/" + tools->kernel, tools->kernel);
+    manifestText = manifestJson(manifest);
+    return write("manifest.json", manifestText);
+  };
 
   if (failed(write(tools->source, *source)) ||
       failed(write("layer.mlir", normalized)) ||
       failed(buildKernel(*tools, staging + "/" + tools->source,
                          staging + "/" + tools->kernel, *source)) ||
-      failed(write("manifest.json", manifestText))) {
+      failed(writeManifest())) {
     fs::remove_directories(staging);
     return fail("could not write the package " + out);
   }

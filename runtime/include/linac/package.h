@@ -119,8 +119,9 @@ struct ForwardShape {
 
 class Package {
 public:
-  /// Loads NAME.linac/: checks the manifest and loads a CPU kernel or reads
-  /// a CUDA package's cubin. Opening needs no CUDA driver.
+  /// Loads NAME.linac/: checks the manifest's fields and the package's
+  /// integrity (docs/runtime.md), then loads a CPU kernel or reads a CUDA
+  /// package's cubin. Opening needs no CUDA driver.
   static std::unique_ptr<Package> open(const std::string &path);
   ~Package();
 

@@ -417,6 +417,17 @@ static std::string describe(const ArgumentInfo &arg) {
   return arg.role + " '" + arg.name + "'";
 }
 
+/// Throws unless a float tensor of `dims` fits in memory: its size in bytes
+/// must be an int64_t, so that no count or offset derived from it overflows.
+static void checkAddressable(const std::vector<int64_t> &dims,
+                             const std::string &what) {
+  int64_t bytes = sizeof(float);
+  for (int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes))
+      throw argumentError(what + " of shape " + shapeString(dims) +
+                          " is larger than memory can hold");
+}
+
 /// Throws unless the pointer to `what` is present and `alignment`-aligned.
 static void checkPointer(const void *data, size_t alignment,
                          const std::string &what) {
@@ -491,6 +502,11 @@ Package::checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
                           std::to_string(h));
   if (shape.batch < 0 || shape.tokens < 0)
     throw argumentError("negative batch or time");
+  for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
+    for (const ArgumentInfo &arg : *args)
+      checkAddressable(shapeOf(arg), describe(arg));
+  checkAddressable({shape.batch, shape.tokens, shape.heads, valueDim_},
+                   "the output");
 
   if (cuSeqlens.empty()) {
     shape.sequences = shape.batch;
@@ -509,6 +525,8 @@ Package::checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
                             shapeString(cuSeqlens));
     shape.sequences = int64_t(cuSeqlens.size()) - 1;
   }
+  checkAddressable({shape.sequences, shape.heads, keyDim_, stateColumns()},
+                   "the states");
   if (!(std::isfinite(scale) && scale >= 0.0f))
     throw argumentError("scale must be finite and non-negative (0 for the "
                         "default)");
@@ -540,6 +558,9 @@ ForwardShape Package::check(const DeviceForwardRequest &request) const {
     checkPointer(request.initialState, sizeof(float), "initial_state");
   if (request.finalState)
     checkPointer(request.finalState, sizeof(float), "final_state");
+  if (shape.heads > std::numeric_limits<int32_t>::max())
+    throw argumentError("CUDA kernels run at most 2^31 - 1 heads, got " +
+                        std::to_string(shape.heads));
   if (shape.sequences > kMaxCudaSequences)
     throw argumentError(
         "CUDA kernels run at most " + std::to_string(kMaxCudaSequences) +
@@ -600,7 +621,9 @@ void Package::forward(const ForwardRequest &request) const {
 
 size_t Package::checkPool(int64_t poolSlots,
                           const std::vector<int64_t> &indices) const {
-  std::vector<bool> taken(poolSlots > 0 ? poolSlots : 0);
+  // Sorted, not marked in a map of the pool: the slot count is the
+  // caller's word, and may be far more than memory holds.
+  std::vector<int64_t> taken;
   for (size_t b = 0; b < indices.size(); ++b) {
     int64_t slot = indices[b];
     if (slot < -1 || slot >= poolSlots)
@@ -608,12 +631,14 @@ size_t Package::checkPool(int64_t poolSlots,
                           " of sequence " + std::to_string(b) +
                           " is outside the pool's " +
                           std::to_string(poolSlots) + " slots (-1 skips)");
-    if (slot >= 0 && taken[slot])
-      throw argumentError("pool slot " + std::to_string(slot) +
-                          " is given to two sequences");
     if (slot >= 0)
-      taken[slot] = true;
+      taken.push_back(slot);
   }
+  std::sort(taken.begin(), taken.end());
+  auto twice = std::adjacent_find(taken.begin(), taken.end());
+  if (twice != taken.end())
+    throw argumentError("pool slot " + std::to_string(*twice) +
+                        " is given to two sequences");
   return size_t(keyDim_) * stateColumns();
 }
 
@@ -633,6 +658,7 @@ Package::checkDecode(const std::map<std::string, std::vector<int64_t>> &shapes,
                         ", expected [P, " + std::to_string(shape.heads) + ", " +
                         std::to_string(keyDim_) + ", " +
                         std::to_string(stateColumns()) + "]");
+  checkAddressable(pool, "state pool");
   if (int64_t(numIndices) != shape.batch)
     throw argumentError("state_indices has " + std::to_string(numIndices) +
                         " entries for " + std::to_string(shape.batch) +
@@ -672,10 +698,21 @@ void Package::decode(const DecodeRequest &request) const {
                 "kernel failed with status " + std::to_string(status));
 }
 
+size_t Package::checkPoolCopy(int64_t poolSlots, int64_t heads,
+                              const std::vector<int64_t> &indices) const {
+  if (heads <= 0)
+    throw argumentError("a state pool needs a positive head count, got " +
+                        std::to_string(heads));
+  checkAddressable({poolSlots, heads, keyDim_, stateColumns()}, "state pool");
+  checkAddressable({int64_t(indices.size()), heads, keyDim_, stateColumns()},
+                   "the states");
+  return checkPool(poolSlots, indices) * heads;
+}
+
 void Package::statesFromPool(const float *pool, int64_t poolSlots,
                              int64_t heads, const std::vector<int64_t> &indices,
                              float *states) const {
-  size_t size = checkPool(poolSlots, indices) * heads;
+  size_t size = checkPoolCopy(poolSlots, heads, indices);
   for (size_t n = 0; n < indices.size(); ++n)
     if (indices[n] >= 0)
       std::copy_n(pool + indices[n] * size, size, states + n * size);
@@ -684,7 +721,7 @@ void Package::statesFromPool(const float *pool, int64_t poolSlots,
 void Package::statesToPool(const float *states, int64_t heads,
                            const std::vector<int64_t> &indices, float *pool,
                            int64_t poolSlots) const {
-  size_t size = checkPool(poolSlots, indices) * heads;
+  size_t size = checkPoolCopy(poolSlots, heads, indices);
   for (size_t n = 0; n < indices.size(); ++n)
     if (indices[n] >= 0)
       std::copy_n(states + n * size, size, pool + indices[n] * size);
@@ -850,6 +887,8 @@ struct linac_package {
 };
 
 static thread_local std::string lastError;
+/// Dimensions of a C API tensor: the layer's have at most five.
+static constexpr int32_t kMaxTensorRank = 8;
 
 static linac::Error invalidArgument(const std::string &what) {
   return linac::Error(linac::Error::Kind::InvalidArgument, what);
@@ -868,16 +907,44 @@ static std::map<std::string, Tensor> tensorsOf(const CTensor *tensors,
     if (!t.name || t.ndim < 0 || (t.ndim > 0 && !t.shape))
       throw invalidArgument("tensor " + std::to_string(i) +
                             " has no name or shape");
-    result[t.name] = {t.data, std::vector<int64_t>(t.shape, t.shape + t.ndim)};
+    if (t.ndim > kMaxTensorRank)
+      throw invalidArgument("tensor '" + std::string(t.name) + "' has " +
+                            std::to_string(t.ndim) + " dimensions; at most " +
+                            std::to_string(kMaxTensorRank));
+    auto [at, added] = result.emplace(
+        t.name,
+        Tensor{t.data, std::vector<int64_t>(t.shape, t.shape + t.ndim)});
+    if (!added)
+      throw invalidArgument("tensor '" + at->first + "' is given twice");
   }
   return result;
 }
 
 static std::vector<int64_t> cuSeqlensOf(const int64_t *cuSeqlens,
                                         size_t count) {
+  if (!cuSeqlens && count)
+    throw invalidArgument("no cu_seqlens for num_cu_seqlens " +
+                          std::to_string(count));
+  if (cuSeqlens && !count)
+    throw invalidArgument("cu_seqlens has no entries; pass NULL for B "
+                          "sequences of T tokens");
   if (!cuSeqlens)
     return {};
   return std::vector<int64_t>(cuSeqlens, cuSeqlens + count);
+}
+
+/// A linac_dtype as the C++ API's DType. C may store any int in a
+/// linac_dtype, while C++ may assume an enum holds only its enumerators'
+/// values: read the int, and let the C++ API reject values it does not
+/// name.
+static linac::DType dtypeOf(const linac_dtype &dtype) {
+  static_assert(sizeof(linac_dtype) == sizeof(int) &&
+                LINAC_FLOAT32 == int(linac::DType::Float32) &&
+                LINAC_BFLOAT16 == int(linac::DType::BFloat16) &&
+                LINAC_FLOAT16 == int(linac::DType::Float16));
+  int value;
+  std::memcpy(&value, &dtype, sizeof value);
+  return static_cast<linac::DType>(value);
 }
 
 template <typename F> static linac_status guarded(F body) {
@@ -898,6 +965,9 @@ template <typename F> static linac_status guarded(F body) {
     }
   } catch (const std::exception &e) {
     lastError = e.what();
+  } catch (...) {
+    // Nothing may unwind into C.
+    lastError = "unknown error";
   }
   return LINAC_ERROR_PACKAGE;
 }
@@ -907,7 +977,8 @@ template <typename Request, typename Tensor, typename CArgs>
 static Request decodeRequestOf(const char *caller, const linac_package *package,
                                const CArgs *args) {
   if (!package || !args)
-    throw invalidArgument(std::string(caller) + " needs a package and arguments");
+    throw invalidArgument(std::string(caller) +
+                          " needs a package and arguments");
   if (!args->pool_shape || (args->num_sequences && !args->state_indices))
     throw invalidArgument(std::string(caller) +
                           " needs pool_shape and state_indices");
@@ -950,7 +1021,9 @@ linac_status linac_package_argument(const linac_package *package, size_t i,
                                     const char **name, const char **role,
                                     const char **shape) {
   return guarded([&] {
-    if (!package || i >= package->package->arguments().size())
+    if (!package)
+      throw invalidArgument("linac_package_argument needs a package");
+    if (i >= package->package->arguments().size())
       throw invalidArgument("no argument " + std::to_string(i));
     const linac::ArgumentInfo &arg = package->package->arguments()[i];
     if (name)
@@ -986,18 +1059,20 @@ linac_status linac_forward_host(linac_package *package,
 linac_status linac_decode_host(linac_package *package,
                                const linac_decode_args *args) {
   return guarded([&] {
-    package->package->decode(
-        decodeRequestOf<linac::DecodeRequest, linac::HostTensor>(
-            "linac_decode_host", package, args));
+    // The request first: it checks the package pointer.
+    auto request = decodeRequestOf<linac::DecodeRequest, linac::HostTensor>(
+        "linac_decode_host", package, args);
+    package->package->decode(request);
   });
 }
 
 linac_status linac_decode_device(linac_package *package,
                                  const linac_device_decode_args *args) {
   return guarded([&] {
-    auto request = decodeRequestOf<linac::DeviceDecodeRequest, linac::DeviceTensor>(
-        "linac_decode_device", package, args);
-    request.dtype = static_cast<linac::DType>(args->dtype);
+    auto request =
+        decodeRequestOf<linac::DeviceDecodeRequest, linac::DeviceTensor>(
+            "linac_decode_device", package, args);
+    request.dtype = dtypeOf(args->dtype);
     request.stream = args->stream;
     package->package->decodeDevice(request);
   });
@@ -1008,9 +1083,9 @@ linac_status linac_states_from_pool(const linac_package *package,
                                     int64_t heads, const int64_t *indices,
                                     size_t count, float *states) {
   return guarded([&] {
-    if (!package || !pool || !states || (count && !indices) || heads <= 0)
-      throw invalidArgument("linac_states_from_pool needs a package, buffers, "
-                            "indices and a positive head count");
+    if (!package || !pool || !states || (count && !indices))
+      throw invalidArgument("linac_states_from_pool needs a package, buffers "
+                            "and indices");
     package->package->statesFromPool(
         pool, pool_slots, heads, std::vector<int64_t>(indices, indices + count),
         states);
@@ -1022,9 +1097,9 @@ linac_status linac_states_to_pool(const linac_package *package,
                                   const int64_t *indices, size_t count,
                                   float *pool, int64_t pool_slots) {
   return guarded([&] {
-    if (!package || !pool || !states || (count && !indices) || heads <= 0)
-      throw invalidArgument("linac_states_to_pool needs a package, buffers, "
-                            "indices and a positive head count");
+    if (!package || !pool || !states || (count && !indices))
+      throw invalidArgument("linac_states_to_pool needs a package, buffers "
+                            "and indices");
     package->package->statesToPool(
         states, heads, std::vector<int64_t>(indices, indices + count), pool,
         pool_slots);
@@ -1040,16 +1115,7 @@ linac_status linac_forward_device(linac_package *package,
     linac::DeviceForwardRequest request;
     request.tensors =
         tensorsOf<linac::DeviceTensor>(args->tensors, args->num_tensors);
-    // C may store any int in a linac_dtype, while C++ may assume an enum
-    // holds only its enumerators' values: read the int, and let the C++ API
-    // reject values it does not name.
-    static_assert(sizeof(linac_dtype) == sizeof(int) &&
-                  LINAC_FLOAT32 == int(linac::DType::Float32) &&
-                  LINAC_BFLOAT16 == int(linac::DType::BFloat16) &&
-                  LINAC_FLOAT16 == int(linac::DType::Float16));
-    int dtype;
-    std::memcpy(&dtype, &args->dtype, sizeof dtype);
-    request.dtype = static_cast<linac::DType>(dtype);
+    request.dtype = dtypeOf(args->dtype);
     request.cuSeqlens = cuSeqlensOf(args->cu_seqlens, args->num_cu_seqlens);
     request.initialState = args->initial_state;
     request.finalState = args->final_state;

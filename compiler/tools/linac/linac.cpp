@@ -606,6 +606,8 @@ static int run() {
     return fail(e.what());
   } catch (const linac::NpyError &e) {
     return fail(e.what());
+  } catch (const std::bad_alloc &) {
+    return fail("out of memory for the inputs or outputs");
   }
   return 0;
 }

@@ -211,6 +211,10 @@ private:
                            DType dtype) const;
   /// Validates pool indices against `poolSlots`; returns a head's state size.
   size_t checkPool(int64_t poolSlots, const std::vector<int64_t> &indices) const;
+  /// The checks of a copy between a pool and states of `heads` heads;
+  /// returns a state's size over all heads.
+  size_t checkPoolCopy(int64_t poolSlots, int64_t heads,
+                       const std::vector<int64_t> &indices) const;
   /// The checks every decode step shares: shapes, token count, pool.
   ForwardShape
   checkDecode(const std::map<std::string, std::vector<int64_t>> &shapes,

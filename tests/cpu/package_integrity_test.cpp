@@ -4,7 +4,7 @@
 // another package, a truncated or changed library, a manifest edited after
 // compilation. Opening each fails with a message that names the file and
 // the field, before any of its code runs. Also `linac run` on .npy files
-// that lie about their shapes.
+// that lie about their shapes, and a crash whose report cannot hang.
 //
 //===----------------------------------------------------------------------===//
 
@@ -324,6 +324,43 @@ TEST_F(PackageIntegrity, RunRefusesNpyHeadersThatLie) {
     EXPECT_NE(errors.find("q.npy: "), std::string::npos) << errors;
     EXPECT_NE(errors.find(c.message), std::string::npos) << errors;
   }
+}
+
+TEST_F(PackageIntegrity, ACrashReportCannotHang) {
+  // A library that traps in its forward pass, sealed as if compiled so, and
+  // a symbolizer that never answers: LLVM's crash report waits on it, as it
+  // waits on malloc's lock after a heap corruption. The process must end.
+  fs::path package = copy();
+  std::string source = readText(package / "layer.cpp");
+  std::string entry =
+      "linac_cpu_forward(const linac_cpu_forward_args *args) {\n";
+  size_t at = source.find(entry);
+  ASSERT_NE(at, std::string::npos);
+  source.insert(at + entry.size(), "  __builtin_trap();\n");
+  writeText(package / "layer.cpp", source);
+  const char *compiler = std::getenv("CXX");
+  std::string command = std::string(compiler ? compiler : "c++") +
+                        " -std=c++17 -O2 -fPIC -shared -pthread -I" +
+                        LINAC_TEMPLATES_DIR + " " +
+                        (package / "layer.cpp").string() + " -o " +
+                        (package / "layer.so").string();
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  resealLibrary(package);
+
+  fs::path symbolizer = workDir() / "hanging-symbolizer";
+  writeText(symbolizer, "#!/bin/sh\n"
+                        "while kill -0 $PPID 2>/dev/null; do sleep 1; done\n");
+  fs::permissions(symbolizer, fs::perms::owner_all);
+  std::string errors;
+  int status = runLinac(
+      "run " + package.string() + " --inputs " +
+          writeInputs("crash_in").string() + " --outputs " +
+          (workDir() / "out").string(),
+      errors, "LLVM_SYMBOLIZER_PATH=" + symbolizer.string() + " timeout 120");
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_NE(WEXITSTATUS(status), 124) << "the crash report hung";
+  // Ended by a signal (timeout reports 128 + its number).
+  EXPECT_GT(WEXITSTATUS(status), 128) << errors;
 }
 
 } // namespace

@@ -30,12 +30,15 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SHA256.h"
+#include "llvm/Support/Signals.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <unistd.h>
 
 using namespace mlir;
@@ -48,6 +51,8 @@ static constexpr int kMaxDecodeTokens = 8;
 /// The calling conventions of templates/linac/cpu/abi.h and cuda/abi.h.
 static constexpr int kCpuAbiVersion = LINAC_CPU_ABI_VERSION;
 static constexpr int kCudaAbiVersion = LINAC_CUDA_ABI_VERSION;
+/// How long a crash report may take before the process ends anyway.
+static constexpr unsigned kCrashReportSeconds = 20;
 
 static cl::SubCommand compileCommand("compile", "Compile a spec into a package");
 static cl::opt<std::string> specPath(cl::Positional, cl::desc("<spec.mlir>"),
@@ -663,7 +668,27 @@ static int bench() {
   return 0;
 }
 
+/// Kills the process once armed and kCrashReportSeconds have passed.
+static timer_t crashReportTimer;
+
+/// A crash inside malloc (a corrupted heap) may leave its lock held, and
+/// LLVM's crash report allocates, and waits on a symbolizer: bound the
+/// report, so that the process ends rather than hangs. A timer of its own,
+/// since the report's own watchdog takes alarm(); timer_settime is
+/// async-signal-safe.
+static void boundCrashReport(void *) {
+  itimerspec deadline{};
+  deadline.it_value.tv_sec = kCrashReportSeconds;
+  timer_settime(crashReportTimer, 0, &deadline, nullptr);
+}
+
 int main(int argc, char **argv) {
+  sigevent expiry{};
+  expiry.sigev_notify = SIGEV_SIGNAL;
+  expiry.sigev_signo = SIGKILL;
+  // Before InitLLVM's crash report, so that it runs first on a crash.
+  if (timer_create(CLOCK_MONOTONIC, &expiry, &crashReportTimer) == 0)
+    llvm::sys::AddSignalHandler(boundCrashReport, nullptr);
   llvm::InitLLVM init(argc, argv);
   linac::registerLinacPasses();
   cl::ParseCommandLineOptions(argc, argv, "linac: a compiler for linear attention\n");

@@ -2,6 +2,7 @@
 
 #include "linac/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -55,8 +56,28 @@ static const char *descrOf(NpyDType dtype) {
 int64_t NpyArray::numElements() const {
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      throw NpyError("shape " + shapeString() +
+                     " has no element count an int64 holds");
   return n;
+}
+
+/// The bytes `array`'s shape and dtype need.
+static size_t dataSize(const NpyArray &array) {
+  int64_t bytes;
+  if (__builtin_mul_overflow(array.numElements(),
+                             int64_t(dtypeSize(array.dtype)), &bytes))
+    throw NpyError("shape " + array.shapeString() +
+                   " has no byte count an int64 holds");
+  return size_t(bytes);
+}
+
+/// Throws unless `array` holds the bytes its shape says.
+static void checkBytes(const NpyArray &array) {
+  if (array.bytes.size() != dataSize(array))
+    throw NpyError("an array of shape " + array.shapeString() + " holds " +
+                   std::to_string(array.bytes.size()) + " bytes, not " +
+                   std::to_string(dataSize(array)));
 }
 
 std::string NpyArray::shapeString() const {
@@ -73,6 +94,7 @@ template <typename T> static T load(const uint8_t *p) {
 }
 
 std::vector<float> NpyArray::toFloat() const {
+  checkBytes(*this);
   std::vector<float> out(numElements());
   const uint8_t *p = bytes.data();
   size_t step = dtypeSize(dtype);
@@ -99,6 +121,7 @@ std::vector<int64_t> NpyArray::toInt64() const {
   if (dtype != NpyDType::Int32 && dtype != NpyDType::Int64)
     throw NpyError(std::string("expected an integer array, got ") +
                    dtypeName(dtype));
+  checkBytes(*this);
   std::vector<int64_t> out(numElements());
   for (size_t i = 0; i < out.size(); ++i)
     out[i] = dtype == NpyDType::Int32 ? load<int32_t>(bytes.data() + 4 * i)
@@ -165,25 +188,51 @@ NpyArray readNpy(const std::string &path) {
   while (std::getline(dims, dim, ',')) {
     if (dim.find_first_not_of(" \t") == std::string::npos)
       continue;
+    long long value;
     try {
       size_t used = 0;
-      long long value = std::stoll(dim, &used);
-      if (value < 0)
-        throw NpyError(path + ": negative dimension");
-      array.shape.push_back(value);
+      value = std::stoll(dim, &used);
+      if (dim.find_first_not_of(" \t", used) != std::string::npos)
+        throw std::invalid_argument(dim);
     } catch (const std::logic_error &) {
       throw NpyError(path + ": malformed shape '" + std::string(m[1]) + "'");
     }
+    if (value < 0)
+      throw NpyError(path + ": negative dimension in shape '" +
+                     std::string(m[1]) + "'");
+    array.shape.push_back(value);
   }
-  size_t size = static_cast<size_t>(array.numElements()) * dtypeSize(array.dtype);
-  array.bytes.resize(size);
-  if (size && !in.read(reinterpret_cast<char *>(array.bytes.data()), size))
+  size_t size;
+  try {
+    size = dataSize(array);
+  } catch (const NpyError &e) {
+    throw NpyError(path + ": " + e.what());
+  }
+  // Read what the file holds, up to one byte more than the header says, in
+  // chunks: a header may claim more than memory holds, and allocating that
+  // much before reading would fail.
+  constexpr size_t kChunk = size_t(1) << 24;
+  size_t held = 0;
+  while (held <= size) {
+    size_t want = std::min(kChunk, size + 1 - held);
+    array.bytes.resize(held + want);
+    in.read(reinterpret_cast<char *>(array.bytes.data() + held), want);
+    held += size_t(in.gcount());
+    if (size_t(in.gcount()) < want)
+      break;
+  }
+  array.bytes.resize(held);
+  if (held < size)
     throw NpyError(path + ": file holds fewer elements than its shape " +
+                   array.shapeString() + " needs");
+  if (held > size)
+    throw NpyError(path + ": file holds more bytes than its shape " +
                    array.shapeString() + " needs");
   return array;
 }
 
 void writeNpy(const std::string &path, const NpyArray &array) {
+  checkBytes(array);
   std::string header = std::string("{'descr': '") + descrOf(array.dtype) +
                        "', 'fortran_order': False, 'shape': " +
                        array.shapeString() + ", }";
@@ -191,6 +240,9 @@ void writeNpy(const std::string &path, const NpyArray &array) {
   size_t total = kMagicSize + 2 + 2 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
+  if (header.size() > UINT16_MAX)
+    throw NpyError(path + ": shape " + array.shapeString() +
+                   " is too long for a version 1 header");
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out)
     throw NpyError(path + ": cannot write");

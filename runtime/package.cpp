@@ -1,9 +1,11 @@
 //===- package.cpp - loading and running packages -------------------------===//
 
 #include "linac/package.h"
+#include "linac/integrity.h"
 #include "linac/runtime.h"
 
 #include "cuda_driver.h"
+#include "linac/contract.h"
 #include "linac/cpu/abi.h"
 #include "linac/cuda/abi.h"
 
@@ -21,7 +23,12 @@
 
 namespace linac {
 
-static constexpr int kManifestFormat = 1;
+static constexpr int kManifestFormat = 2;
+/// Key and value dimensions beyond any layer's, small enough that sizes
+/// derived from them stay far from overflow.
+static constexpr int64_t kMaxDim = 1 << 20;
+/// New tokens per decode call beyond any speculative decode's.
+static constexpr int64_t kMaxDecodeTokens = 1 << 16;
 /// The grid is (heads, sequences); CUDA caps its y dimension.
 static constexpr int64_t kMaxCudaSequences = 65535;
 
@@ -67,11 +74,119 @@ static std::optional<DType> parseDType(const std::string &name) {
 }
 
 static std::string readFile(const std::string &path, const std::string &file) {
-  std::ifstream in(path + "/" + file, std::ios::binary);
-  std::stringstream bytes;
-  if (!in || !(bytes << in.rdbuf()))
+  std::ifstream in(path + "/" + file, std::ios::binary | std::ios::ate);
+  std::streamoff size = in ? std::streamoff(in.tellg()) : -1;
+  std::string bytes(size > 0 ? size_t(size) : 0, '\0');
+  if (size < 0 || !in.seekg(0) || !in.read(bytes.data(), bytes.size()))
     throw packageError(path, "cannot read '" + file + "'");
-  return bytes.str();
+  return bytes;
+}
+
+/// `object.at(key)`, which the manifest calls `field`, as an integer in
+/// [min, max] (min >= 0).
+static int64_t integerField(const std::string &path,
+                            const nlohmann::json &object, const char *key,
+                            const std::string &field, int64_t min,
+                            int64_t max) {
+  const nlohmann::json &value = object.at(key);
+  // Non-negative JSON integers parse as unsigned: compare them as such.
+  if (value.is_number_unsigned() && value.get<uint64_t>() <= uint64_t(max) &&
+      value.get<int64_t>() >= min)
+    return value.get<int64_t>();
+  throw packageError(path, "manifest.json: " + field + " is " + value.dump() +
+                               "; expected an integer from " +
+                               std::to_string(min) + " to " +
+                               std::to_string(max));
+}
+
+/// A kernel file's name, which must name a file inside the package.
+static std::string fileField(const std::string &path,
+                             const nlohmann::json &kernel,
+                             const std::string &field) {
+  std::string file = kernel.at("file").get<std::string>();
+  if (file.empty() || file == "." || file == ".." ||
+      file.find('/') != std::string::npos)
+    throw packageError(path, "manifest.json: " + field + " '" + file +
+                                 "' is not a file of the package");
+  return file;
+}
+
+/// The manifest's arguments, each with a known role and, for inputs and
+/// parameters, a known kind, and no name twice.
+static std::vector<ArgumentInfo> argumentsOf(const std::string &path,
+                                             const nlohmann::json &list) {
+  std::vector<ArgumentInfo> arguments;
+  for (const nlohmann::json &arg : list) {
+    ArgumentInfo info{
+        arg.at("name").get<std::string>(), arg.at("role").get<std::string>(),
+        arg.at("kind").get<std::string>(), arg.at("shape").get<std::string>()};
+    std::string field = "arguments[" + std::to_string(arguments.size()) + "]";
+    if (info.name.empty())
+      throw packageError(path, "manifest.json: " + field + " has no name");
+    for (const ArgumentInfo &other : arguments)
+      if (other.name == info.name)
+        throw packageError(path, "manifest.json: " + field + " '" + info.name +
+                                     "' appears twice");
+    if (info.role != "input" && info.role != "param" && info.role != "runtime")
+      throw packageError(path, "manifest.json: " + field + " '" + info.name +
+                                   "' has role '" + info.role +
+                                   "'; expected input, param or runtime");
+    if (info.role != "runtime" && info.kind != "key" && info.kind != "value" &&
+        info.kind != "scalar" && info.kind != "matrix")
+      throw packageError(path, "manifest.json: " + field + " '" + info.name +
+                                   "' has kind '" + info.kind +
+                                   "'; expected key, value, scalar or matrix");
+    arguments.push_back(std::move(info));
+  }
+  return arguments;
+}
+
+/// The checks that tie a package's binary to its manifest
+/// (docs/runtime.md): the manifest's fields hash to its integrity.contract,
+/// the file has the size and SHA-256 that integrity.files records, and it
+/// carries the contract. Returns the file's bytes, verified, so that what
+/// is loaded is what was checked.
+static std::string verifiedBinary(const std::string &path,
+                                  const std::string &manifestText,
+                                  const nlohmann::json &integrity,
+                                  const std::string &file) {
+  std::string contract = integrity.at("contract").get<std::string>();
+  std::string fieldsHash = contractHash(manifestText);
+  if (fieldsHash != contract)
+    throw packageError(path, "manifest.json does not match its "
+                             "integrity.contract " +
+                                 contract + " (its fields hash to " +
+                                 fieldsHash +
+                                 "): it was edited after compilation");
+  const nlohmann::json &files = integrity.at("files");
+  if (!files.contains(file))
+    throw packageError(path, "manifest.json: integrity.files has no entry "
+                             "for '" +
+                                 file + "'");
+  const nlohmann::json &record = files.at(file);
+  int64_t size =
+      integerField(path, record, "bytes", "integrity.files." + file + ".bytes",
+                   0, std::numeric_limits<int64_t>::max());
+  std::string bytes = readFile(path, file);
+  if (int64_t(bytes.size()) != size)
+    throw packageError(path, file + " has " + std::to_string(bytes.size()) +
+                                 " bytes, but integrity.files." + file +
+                                 ".bytes in manifest.json records " +
+                                 std::to_string(size) +
+                                 " (truncated or replaced)");
+  std::string sha256 = record.at("sha256").get<std::string>();
+  if (sha256Hex(bytes) != sha256)
+    throw packageError(path, file + " has SHA-256 " + sha256Hex(bytes) +
+                                 ", but integrity.files." + file +
+                                 ".sha256 in manifest.json records " + sha256 +
+                                 " (changed or replaced)");
+  if (bytes.find(LINAC_CONTRACT_PREFIX + contract) == std::string::npos)
+    throw packageError(path, file +
+                                 " does not carry the manifest's "
+                                 "integrity.contract " +
+                                 contract +
+                                 ": it was built for another package");
+  return bytes;
 }
 
 std::unique_ptr<Package> Package::open(const std::string &path) {
@@ -84,9 +199,10 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
   package->manifest_ = text.str();
   try {
     nlohmann::json manifest = nlohmann::json::parse(package->manifest_);
-    if (manifest.at("format").get<int>() != kManifestFormat)
-      throw packageError(path, "manifest format " +
-                                   manifest.at("format").dump() +
+    int64_t format = integerField(path, manifest, "format", "format", 0,
+                                  std::numeric_limits<int>::max());
+    if (format != kManifestFormat)
+      throw packageError(path, "manifest format " + std::to_string(format) +
                                    " is not the supported format " +
                                    std::to_string(kManifestFormat));
     package->target_ = manifest.at("target").get<std::string>();
@@ -95,25 +211,32 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
                                    "'; this runtime runs cpu, sm_90a and "
                                    "sm_80 packages");
     package->layer_ = manifest.at("layer").get<std::string>();
-    package->keyDim_ = manifest.at("key_dim").get<int64_t>();
-    package->valueDim_ = manifest.at("value_dim").get<int64_t>();
+    package->keyDim_ =
+        integerField(path, manifest, "key_dim", "key_dim", 1, kMaxDim);
+    package->valueDim_ =
+        integerField(path, manifest, "value_dim", "value_dim", 1, kMaxDim);
     package->normalizer_ =
         manifest.at("normal_form").value("normalizer", false);
-    if (package->keyDim_ <= 0 || package->valueDim_ <= 0)
-      throw packageError(path, "manifest has non-positive dimensions");
-    for (const nlohmann::json &arg : manifest.at("arguments")) {
-      ArgumentInfo info{arg.at("name").get<std::string>(),
-                        arg.at("role").get<std::string>(),
-                        arg.at("kind").get<std::string>(),
-                        arg.at("shape").get<std::string>()};
+    package->arguments_ = argumentsOf(path, manifest.at("arguments"));
+    for (const ArgumentInfo &info : package->arguments_)
       if (info.role == "input")
         package->inputs_.push_back(info);
       else if (info.role == "param")
         package->params_.push_back(info);
-      package->arguments_.push_back(std::move(info));
-    }
+    if (package->inputs_.empty())
+      throw packageError(path, "manifest.json: the layer has no inputs");
+    const nlohmann::json &decode = manifest.at("decode");
+    if (decode.at("state_layout").get<std::string>() != "key_major")
+      throw packageError(path, "decode state layout " +
+                                   decode.at("state_layout").dump() +
+                                   " is not key_major");
+    package->maxDecodeTokens_ = integerField(
+        path, decode, "max_tokens", "decode.max_tokens", 1, kMaxDecodeTokens);
+    const nlohmann::json &integrity = manifest.at("integrity");
     if (package->runsOnDevice()) {
-      int abiVersion = manifest.at("cuda_abi_version").get<int>();
+      int64_t abiVersion =
+          integerField(path, manifest, "cuda_abi_version", "cuda_abi_version",
+                       0, std::numeric_limits<int>::max());
       if (abiVersion != LINAC_CUDA_ABI_VERSION)
         throw packageError(path, "kernels were built for CUDA ABI version " +
                                      std::to_string(abiVersion) +
@@ -125,22 +248,28 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
                                      std::to_string(LINAC_CUDA_MAX_ARGUMENTS) +
                                      " inputs or parameters");
       std::string cubin;
-      auto kernelsOf = [&](const nlohmann::json &list) {
+      auto kernelsOf = [&](const nlohmann::json &list,
+                           const std::string &listField) {
         std::vector<CudaKernel> kernels;
         for (const nlohmann::json &kernel : list) {
+          std::string field =
+              listField + "[" + std::to_string(kernels.size()) + "]";
           std::string entry = kernel.at("entry").get<std::string>();
-          std::string file = kernel.at("file").get<std::string>();
+          std::string file = fileField(path, kernel, field + ".file");
           std::optional<DType> dtype =
               parseDType(kernel.at("dtype").get<std::string>());
-          int64_t blockThreads = kernel.at("block_threads").get<int64_t>();
-          int64_t sharedMemory = kernel.at("shared_memory").get<int64_t>();
           if (!dtype)
             throw packageError(path, "kernel '" + entry + "' has dtype " +
                                          kernel.at("dtype").dump() +
                                          "; expected float32, bfloat16 or "
                                          "float16");
-          if (blockThreads <= 0 || blockThreads > 1024 || sharedMemory < 0 ||
-              sharedMemory > INT32_MAX)
+          const nlohmann::json &threads = kernel.at("block_threads");
+          const nlohmann::json &shared = kernel.at("shared_memory");
+          // CUDA's limits: 1 to 1024 threads a block, and shared memory
+          // sizes the driver takes as int.
+          if (!threads.is_number_unsigned() || !shared.is_number_unsigned() ||
+              threads.get<uint64_t>() < 1 || threads.get<uint64_t>() > 1024 ||
+              shared.get<uint64_t>() > INT32_MAX)
             throw packageError(path, "kernel '" + entry +
                                          "' has an impossible launch shape");
           if (cubin.empty())
@@ -149,16 +278,16 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
             throw packageError(path, "kernel '" + entry + "' is in '" + file +
                                          "', not in the package's cubin '" +
                                          cubin + "'");
-          kernels.push_back(
-              {entry, *dtype, unsigned(blockThreads), unsigned(sharedMemory)});
+          kernels.push_back({entry, *dtype, unsigned(threads.get<uint64_t>()),
+                             unsigned(shared.get<uint64_t>())});
         }
         return kernels;
       };
-      package->kernels_ = kernelsOf(manifest.at("kernels"));
-      const nlohmann::json &decode = manifest.at("decode");
-      package->decodeKernels_ = kernelsOf(decode.at("kernels"));
-      package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
-      package->decodeParts_ = decode.at("parts").get<int64_t>();
+      package->kernels_ = kernelsOf(manifest.at("kernels"), "kernels");
+      package->decodeKernels_ =
+          kernelsOf(decode.at("kernels"), "decode.kernels");
+      package->decodeParts_ =
+          integerField(path, decode, "parts", "decode.parts", 0, kMaxDim);
       if (package->decodeParts_ < 1 ||
           package->valueDim_ % package->decodeParts_ != 0)
         throw packageError(path, "decode parts " +
@@ -168,20 +297,27 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
       if (staging != "direct" && staging != "bulk" && staging != "tensor")
         throw packageError(path, "unknown decode staging '" + staging + "'");
       package->decodeTensorMap_ = staging == "tensor";
-      if (decode.at("state_layout").get<std::string>() != "key_major")
-        throw packageError(path, "decode state layout " +
-                                     decode.at("state_layout").dump() +
-                                     " is not key_major");
       if (package->kernels_.empty())
         throw packageError(path, "manifest lists no kernels");
-      package->modules_ =
-          std::make_unique<cuda::ModuleCache>(readFile(path, cubin));
+      package->modules_ = std::make_unique<cuda::ModuleCache>(
+          verifiedBinary(path, package->manifest_, integrity, cubin));
     } else {
-      std::string library =
-          path + "/" +
-          manifest.at("kernels").at(0).at("file").get<std::string>();
-      std::string entry =
-          manifest.at("kernels").at(0).at("entry").get<std::string>();
+      int64_t abiVersion =
+          integerField(path, manifest, "cpu_abi_version", "cpu_abi_version", 0,
+                       std::numeric_limits<int>::max());
+      if (abiVersion != LINAC_CPU_ABI_VERSION)
+        throw packageError(path, "kernel was built for CPU ABI version " +
+                                     std::to_string(abiVersion) +
+                                     "; this runtime supports version " +
+                                     std::to_string(LINAC_CPU_ABI_VERSION));
+      const nlohmann::json &kernel = manifest.at("kernels").at(0);
+      std::string file = fileField(path, kernel, "kernels[0].file");
+      std::string entry = kernel.at("entry").get<std::string>();
+      std::string decodeEntry = decode.at("entry").get<std::string>();
+      // dlopen maps the file, and a file shorter than its headers say faults
+      // there: check the bytes first.
+      verifiedBinary(path, package->manifest_, integrity, file);
+      std::string library = path + "/" + file;
       package->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!package->library_)
         throw packageError(path,
@@ -191,16 +327,19 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
       if (!version || version() != LINAC_CPU_ABI_VERSION)
         throw packageError(path,
                            "kernel was built for another CPU ABI version");
+      // dlopen returns the library already loaded from the same path, which
+      // may be an earlier build of the package than the file just checked.
+      auto loaded = static_cast<const char *>(
+          dlsym(package->library_, LINAC_CONTRACT_SYMBOL));
+      if (!loaded || loaded != LINAC_CONTRACT_PREFIX +
+                                   integrity.at("contract").get<std::string>())
+        throw packageError(path, file + " as loaded does not carry the "
+                                        "manifest's integrity.contract (is an "
+                                        "earlier build of this package still "
+                                        "open in this process?)");
       package->forward_ = dlsym(package->library_, entry.c_str());
       if (!package->forward_)
         throw packageError(path, "kernel has no entry '" + entry + "'");
-      const nlohmann::json &decode = manifest.at("decode");
-      std::string decodeEntry = decode.at("entry").get<std::string>();
-      if (decode.at("state_layout").get<std::string>() != "key_major")
-        throw packageError(path, "decode state layout " +
-                                     decode.at("state_layout").dump() +
-                                     " is not key_major");
-      package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
       package->decode_ = dlsym(package->library_, decodeEntry.c_str());
       if (!package->decode_)
         throw packageError(path, "kernel has no entry '" + decodeEntry + "'");
@@ -278,6 +417,17 @@ static std::string describe(const ArgumentInfo &arg) {
   return arg.role + " '" + arg.name + "'";
 }
 
+/// Throws unless a float tensor of `dims` fits in memory: its size in bytes
+/// must be an int64_t, so that no count or offset derived from it overflows.
+static void checkAddressable(const std::vector<int64_t> &dims,
+                             const std::string &what) {
+  int64_t bytes = sizeof(float);
+  for (int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes))
+      throw argumentError(what + " of shape " + shapeString(dims) +
+                          " is larger than memory can hold");
+}
+
 /// Throws unless the pointer to `what` is present and `alignment`-aligned.
 static void checkPointer(const void *data, size_t alignment,
                          const std::string &what) {
@@ -352,6 +502,11 @@ Package::checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
                           std::to_string(h));
   if (shape.batch < 0 || shape.tokens < 0)
     throw argumentError("negative batch or time");
+  for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
+    for (const ArgumentInfo &arg : *args)
+      checkAddressable(shapeOf(arg), describe(arg));
+  checkAddressable({shape.batch, shape.tokens, shape.heads, valueDim_},
+                   "the output");
 
   if (cuSeqlens.empty()) {
     shape.sequences = shape.batch;
@@ -370,6 +525,8 @@ Package::checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
                             shapeString(cuSeqlens));
     shape.sequences = int64_t(cuSeqlens.size()) - 1;
   }
+  checkAddressable({shape.sequences, shape.heads, keyDim_, stateColumns()},
+                   "the states");
   if (!(std::isfinite(scale) && scale >= 0.0f))
     throw argumentError("scale must be finite and non-negative (0 for the "
                         "default)");
@@ -401,6 +558,9 @@ ForwardShape Package::check(const DeviceForwardRequest &request) const {
     checkPointer(request.initialState, sizeof(float), "initial_state");
   if (request.finalState)
     checkPointer(request.finalState, sizeof(float), "final_state");
+  if (shape.heads > std::numeric_limits<int32_t>::max())
+    throw argumentError("CUDA kernels run at most 2^31 - 1 heads, got " +
+                        std::to_string(shape.heads));
   if (shape.sequences > kMaxCudaSequences)
     throw argumentError(
         "CUDA kernels run at most " + std::to_string(kMaxCudaSequences) +
@@ -461,7 +621,9 @@ void Package::forward(const ForwardRequest &request) const {
 
 size_t Package::checkPool(int64_t poolSlots,
                           const std::vector<int64_t> &indices) const {
-  std::vector<bool> taken(poolSlots > 0 ? poolSlots : 0);
+  // Sorted, not marked in a map of the pool: the slot count is the
+  // caller's word, and may be far more than memory holds.
+  std::vector<int64_t> taken;
   for (size_t b = 0; b < indices.size(); ++b) {
     int64_t slot = indices[b];
     if (slot < -1 || slot >= poolSlots)
@@ -469,12 +631,14 @@ size_t Package::checkPool(int64_t poolSlots,
                           " of sequence " + std::to_string(b) +
                           " is outside the pool's " +
                           std::to_string(poolSlots) + " slots (-1 skips)");
-    if (slot >= 0 && taken[slot])
-      throw argumentError("pool slot " + std::to_string(slot) +
-                          " is given to two sequences");
     if (slot >= 0)
-      taken[slot] = true;
+      taken.push_back(slot);
   }
+  std::sort(taken.begin(), taken.end());
+  auto twice = std::adjacent_find(taken.begin(), taken.end());
+  if (twice != taken.end())
+    throw argumentError("pool slot " + std::to_string(*twice) +
+                        " is given to two sequences");
   return size_t(keyDim_) * stateColumns();
 }
 
@@ -494,6 +658,7 @@ Package::checkDecode(const std::map<std::string, std::vector<int64_t>> &shapes,
                         ", expected [P, " + std::to_string(shape.heads) + ", " +
                         std::to_string(keyDim_) + ", " +
                         std::to_string(stateColumns()) + "]");
+  checkAddressable(pool, "state pool");
   if (int64_t(numIndices) != shape.batch)
     throw argumentError("state_indices has " + std::to_string(numIndices) +
                         " entries for " + std::to_string(shape.batch) +
@@ -533,10 +698,21 @@ void Package::decode(const DecodeRequest &request) const {
                 "kernel failed with status " + std::to_string(status));
 }
 
+size_t Package::checkPoolCopy(int64_t poolSlots, int64_t heads,
+                              const std::vector<int64_t> &indices) const {
+  if (heads <= 0)
+    throw argumentError("a state pool needs a positive head count, got " +
+                        std::to_string(heads));
+  checkAddressable({poolSlots, heads, keyDim_, stateColumns()}, "state pool");
+  checkAddressable({int64_t(indices.size()), heads, keyDim_, stateColumns()},
+                   "the states");
+  return checkPool(poolSlots, indices) * heads;
+}
+
 void Package::statesFromPool(const float *pool, int64_t poolSlots,
                              int64_t heads, const std::vector<int64_t> &indices,
                              float *states) const {
-  size_t size = checkPool(poolSlots, indices) * heads;
+  size_t size = checkPoolCopy(poolSlots, heads, indices);
   for (size_t n = 0; n < indices.size(); ++n)
     if (indices[n] >= 0)
       std::copy_n(pool + indices[n] * size, size, states + n * size);
@@ -545,7 +721,7 @@ void Package::statesFromPool(const float *pool, int64_t poolSlots,
 void Package::statesToPool(const float *states, int64_t heads,
                            const std::vector<int64_t> &indices, float *pool,
                            int64_t poolSlots) const {
-  size_t size = checkPool(poolSlots, indices) * heads;
+  size_t size = checkPoolCopy(poolSlots, heads, indices);
   for (size_t n = 0; n < indices.size(); ++n)
     if (indices[n] >= 0)
       std::copy_n(states + n * size, size, pool + indices[n] * size);
@@ -711,6 +887,8 @@ struct linac_package {
 };
 
 static thread_local std::string lastError;
+/// Dimensions of a C API tensor: the layer's have at most five.
+static constexpr int32_t kMaxTensorRank = 8;
 
 static linac::Error invalidArgument(const std::string &what) {
   return linac::Error(linac::Error::Kind::InvalidArgument, what);
@@ -729,16 +907,44 @@ static std::map<std::string, Tensor> tensorsOf(const CTensor *tensors,
     if (!t.name || t.ndim < 0 || (t.ndim > 0 && !t.shape))
       throw invalidArgument("tensor " + std::to_string(i) +
                             " has no name or shape");
-    result[t.name] = {t.data, std::vector<int64_t>(t.shape, t.shape + t.ndim)};
+    if (t.ndim > kMaxTensorRank)
+      throw invalidArgument("tensor '" + std::string(t.name) + "' has " +
+                            std::to_string(t.ndim) + " dimensions; at most " +
+                            std::to_string(kMaxTensorRank));
+    auto [at, added] = result.emplace(
+        t.name,
+        Tensor{t.data, std::vector<int64_t>(t.shape, t.shape + t.ndim)});
+    if (!added)
+      throw invalidArgument("tensor '" + at->first + "' is given twice");
   }
   return result;
 }
 
 static std::vector<int64_t> cuSeqlensOf(const int64_t *cuSeqlens,
                                         size_t count) {
+  if (!cuSeqlens && count)
+    throw invalidArgument("no cu_seqlens for num_cu_seqlens " +
+                          std::to_string(count));
+  if (cuSeqlens && !count)
+    throw invalidArgument("cu_seqlens has no entries; pass NULL for B "
+                          "sequences of T tokens");
   if (!cuSeqlens)
     return {};
   return std::vector<int64_t>(cuSeqlens, cuSeqlens + count);
+}
+
+/// A linac_dtype as the C++ API's DType. C may store any int in a
+/// linac_dtype, while C++ may assume an enum holds only its enumerators'
+/// values: read the int, and let the C++ API reject values it does not
+/// name.
+static linac::DType dtypeOf(const linac_dtype &dtype) {
+  static_assert(sizeof(linac_dtype) == sizeof(int) &&
+                LINAC_FLOAT32 == int(linac::DType::Float32) &&
+                LINAC_BFLOAT16 == int(linac::DType::BFloat16) &&
+                LINAC_FLOAT16 == int(linac::DType::Float16));
+  int value;
+  std::memcpy(&value, &dtype, sizeof value);
+  return static_cast<linac::DType>(value);
 }
 
 template <typename F> static linac_status guarded(F body) {
@@ -759,6 +965,9 @@ template <typename F> static linac_status guarded(F body) {
     }
   } catch (const std::exception &e) {
     lastError = e.what();
+  } catch (...) {
+    // Nothing may unwind into C.
+    lastError = "unknown error";
   }
   return LINAC_ERROR_PACKAGE;
 }
@@ -768,7 +977,8 @@ template <typename Request, typename Tensor, typename CArgs>
 static Request decodeRequestOf(const char *caller, const linac_package *package,
                                const CArgs *args) {
   if (!package || !args)
-    throw invalidArgument(std::string(caller) + " needs a package and arguments");
+    throw invalidArgument(std::string(caller) +
+                          " needs a package and arguments");
   if (!args->pool_shape || (args->num_sequences && !args->state_indices))
     throw invalidArgument(std::string(caller) +
                           " needs pool_shape and state_indices");
@@ -811,7 +1021,9 @@ linac_status linac_package_argument(const linac_package *package, size_t i,
                                     const char **name, const char **role,
                                     const char **shape) {
   return guarded([&] {
-    if (!package || i >= package->package->arguments().size())
+    if (!package)
+      throw invalidArgument("linac_package_argument needs a package");
+    if (i >= package->package->arguments().size())
       throw invalidArgument("no argument " + std::to_string(i));
     const linac::ArgumentInfo &arg = package->package->arguments()[i];
     if (name)
@@ -847,18 +1059,20 @@ linac_status linac_forward_host(linac_package *package,
 linac_status linac_decode_host(linac_package *package,
                                const linac_decode_args *args) {
   return guarded([&] {
-    package->package->decode(
-        decodeRequestOf<linac::DecodeRequest, linac::HostTensor>(
-            "linac_decode_host", package, args));
+    // The request first: it checks the package pointer.
+    auto request = decodeRequestOf<linac::DecodeRequest, linac::HostTensor>(
+        "linac_decode_host", package, args);
+    package->package->decode(request);
   });
 }
 
 linac_status linac_decode_device(linac_package *package,
                                  const linac_device_decode_args *args) {
   return guarded([&] {
-    auto request = decodeRequestOf<linac::DeviceDecodeRequest, linac::DeviceTensor>(
-        "linac_decode_device", package, args);
-    request.dtype = static_cast<linac::DType>(args->dtype);
+    auto request =
+        decodeRequestOf<linac::DeviceDecodeRequest, linac::DeviceTensor>(
+            "linac_decode_device", package, args);
+    request.dtype = dtypeOf(args->dtype);
     request.stream = args->stream;
     package->package->decodeDevice(request);
   });
@@ -869,9 +1083,9 @@ linac_status linac_states_from_pool(const linac_package *package,
                                     int64_t heads, const int64_t *indices,
                                     size_t count, float *states) {
   return guarded([&] {
-    if (!package || !pool || !states || (count && !indices) || heads <= 0)
-      throw invalidArgument("linac_states_from_pool needs a package, buffers, "
-                            "indices and a positive head count");
+    if (!package || !pool || !states || (count && !indices))
+      throw invalidArgument("linac_states_from_pool needs a package, buffers "
+                            "and indices");
     package->package->statesFromPool(
         pool, pool_slots, heads, std::vector<int64_t>(indices, indices + count),
         states);
@@ -883,9 +1097,9 @@ linac_status linac_states_to_pool(const linac_package *package,
                                   const int64_t *indices, size_t count,
                                   float *pool, int64_t pool_slots) {
   return guarded([&] {
-    if (!package || !pool || !states || (count && !indices) || heads <= 0)
-      throw invalidArgument("linac_states_to_pool needs a package, buffers, "
-                            "indices and a positive head count");
+    if (!package || !pool || !states || (count && !indices))
+      throw invalidArgument("linac_states_to_pool needs a package, buffers "
+                            "and indices");
     package->package->statesToPool(
         states, heads, std::vector<int64_t>(indices, indices + count), pool,
         pool_slots);
@@ -901,16 +1115,7 @@ linac_status linac_forward_device(linac_package *package,
     linac::DeviceForwardRequest request;
     request.tensors =
         tensorsOf<linac::DeviceTensor>(args->tensors, args->num_tensors);
-    // C may store any int in a linac_dtype, while C++ may assume an enum
-    // holds only its enumerators' values: read the int, and let the C++ API
-    // reject values it does not name.
-    static_assert(sizeof(linac_dtype) == sizeof(int) &&
-                  LINAC_FLOAT32 == int(linac::DType::Float32) &&
-                  LINAC_BFLOAT16 == int(linac::DType::BFloat16) &&
-                  LINAC_FLOAT16 == int(linac::DType::Float16));
-    int dtype;
-    std::memcpy(&dtype, &args->dtype, sizeof dtype);
-    request.dtype = static_cast<linac::DType>(dtype);
+    request.dtype = dtypeOf(args->dtype);
     request.cuSeqlens = cuSeqlensOf(args->cu_seqlens, args->num_cu_seqlens);
     request.initialState = args->initial_state;
     request.finalState = args->final_state;

@@ -655,3 +655,7 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer) {
     return failure();
   return out;
 }
+
+std::string linac::emitContract(StringRef contractHash) {
+  return fmt::format("\nLINAC_CONTRACT(\"{}\")\n", contractHash.str());
+}

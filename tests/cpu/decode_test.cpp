@@ -217,9 +217,10 @@ TEST(DecodeErrors, ArgumentsAreChecked) {
 }
 
 TEST(DecodeErrors, CApi) {
-  auto package = compiled(fs::path(LINAC_EXAMPLES_DIR) / "gated_deltanet.mlir",
-                          kDims, workDir());
-  std::string path = (workDir() / "gated_deltanet_16x16.linac").string();
+  std::string path =
+      compiledPath(fs::path(LINAC_EXAMPLES_DIR) / "gated_deltanet.mlir", kDims,
+                   workDir())
+          .string();
   linac_package *handle = nullptr;
   ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);
   EXPECT_EQ(linac_decode_host(handle, nullptr), LINAC_ERROR_INVALID_ARGUMENT);

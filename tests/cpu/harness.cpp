@@ -36,13 +36,18 @@ std::string readFile(const fs::path &path) {
   return text.str();
 }
 
+/// A package's name in the caches: the spec's and its dimensions.
+std::string packageKey(const fs::path &spec, Dims dims) {
+  return spec.stem().string() + "_" + std::to_string(dims.k) + "x" +
+         std::to_string(dims.v);
+}
+
 } // namespace
 
-std::shared_ptr<Package> compiled(const fs::path &spec, Dims dims,
-                                  const fs::path &workDir) {
-  static std::map<std::string, std::shared_ptr<linac::Package>> cache;
-  std::string key = spec.stem().string() + "_" + std::to_string(dims.k) + "x" +
-                    std::to_string(dims.v);
+fs::path compiledPath(const fs::path &spec, Dims dims,
+                      const fs::path &workDir) {
+  static std::map<std::string, fs::path> cache;
+  std::string key = packageKey(spec, dims);
   if (auto it = cache.find(key); it != cache.end())
     return it->second;
   const fs::path &dir = workDir;
@@ -54,7 +59,16 @@ std::shared_ptr<Package> compiled(const fs::path &spec, Dims dims,
                         " -o " + package.string() + " > /dev/null";
   if (std::system(command.c_str()) != 0)
     throw std::runtime_error("failed: " + command);
-  return cache[key] = Package::open(package.string());
+  return cache[key] = package;
+}
+
+std::shared_ptr<Package> compiled(const fs::path &spec, Dims dims,
+                                  const fs::path &workDir) {
+  static std::map<std::string, std::shared_ptr<linac::Package>> cache;
+  std::string key = packageKey(spec, dims);
+  if (auto it = cache.find(key); it != cache.end())
+    return it->second;
+  return cache[key] = Package::open(compiledPath(spec, dims, workDir).string());
 }
 
 Outcome run(const Package &package, Dims dims, const Case &c) {

@@ -19,7 +19,12 @@
 
 namespace linac::harness {
 
-/// Compiles `spec` at `dims` into `workDir` (once per process) and opens it.
+/// Compiles `spec` at `dims` into `workDir` (once per process) and returns
+/// the package's path.
+std::filesystem::path compiledPath(const std::filesystem::path &spec, Dims dims,
+                                   const std::filesystem::path &workDir);
+
+/// compiledPath's package, opened once per process.
 std::shared_ptr<Package> compiled(const std::filesystem::path &spec, Dims dims,
                                   const std::filesystem::path &workDir);
 

@@ -23,8 +23,9 @@ class RuntimeErrors : public testing::Test {
 protected:
   void SetUp() override {
     work = fs::path(testing::TempDir()) / "linac_runtime_errors";
-    package = compiled(fs::path(LINAC_EXAMPLES_DIR) / "gated_deltanet.mlir",
-                       {16, 16}, work);
+    fs::path spec = fs::path(LINAC_EXAMPLES_DIR) / "gated_deltanet.mlir";
+    packagePath = compiledPath(spec, {16, 16}, work);
+    package = compiled(spec, {16, 16}, work);
     request.tensors = {{"q", tensor({1, 8, 2, 16})}, {"k", tensor({1, 8, 2, 16})},
                        {"v", tensor({1, 8, 2, 16})}, {"g", tensor({1, 8, 2})},
                        {"b", tensor({1, 8, 2})},     {"A_log", tensor({2})},
@@ -54,13 +55,13 @@ protected:
                          const std::function<std::string(std::string)> &edit) {
     fs::path copy = work / name;
     fs::remove_all(copy);
-    fs::copy(work / "gated_deltanet_16x16.linac", copy);
+    fs::copy(packagePath, copy);
     std::string manifest = package->manifest();
     std::ofstream(copy / "manifest.json") << edit(manifest);
     return copy;
   }
 
-  fs::path work;
+  fs::path work, packagePath;
   std::shared_ptr<linac::Package> package;
   std::list<std::vector<float>> storage;
   linac::ForwardRequest request;
@@ -192,9 +193,11 @@ TEST_F(RuntimeErrors, DecodeEntryOfTheManifest) {
     std::string from, to, message;
   };
   for (const Case &c :
-       {Case{"\"entry\": \"linac_cpu_decode\"", "\"entry\": \"decode_elsewhere\"",
-             "kernel has no entry 'decode_elsewhere'"},
-        Case{"\"state_layout\": \"key_major\"", "\"state_layout\": \"value_major\"",
+       {Case{"\"entry\": \"linac_cpu_decode\"",
+             "\"entry\": \"decode_elsewhere\"",
+             "manifest.json does not match its integrity.contract"},
+        Case{"\"state_layout\": \"key_major\"",
+             "\"state_layout\": \"value_major\"",
              "decode state layout \"value_major\" is not key_major"}}) {
     fs::path path = editedPackage("decode.linac", replaced(c.from, c.to));
     linac_package *handle = nullptr;
@@ -211,9 +214,199 @@ TEST_F(RuntimeErrors, NotAPackage) {
             std::string::npos);
 }
 
+TEST_F(RuntimeErrors, ShapesLargerThanMemory) {
+  int64_t huge = int64_t(1) << 60;
+  for (const char *name : {"q", "k", "v"})
+    request.tensors[name] = tensor({1, huge, 2, 16});
+  for (const char *name : {"g", "b"})
+    request.tensors[name] = tensor({1, huge, 2});
+  expectRejected("input 'q' of shape [1, 1152921504606846976, 2, 16] is "
+                 "larger than memory can hold");
+  for (const char *name : {"q", "k", "v"})
+    request.tensors[name] = tensor({huge, huge, 2, 16});
+  for (const char *name : {"g", "b"})
+    request.tensors[name] = tensor({huge, huge, 2});
+  expectRejected("is larger than memory can hold");
+}
+
+TEST_F(RuntimeErrors, DecodePoolLargerThanMemory) {
+  linac::DecodeRequest decode;
+  decode.tensors = request.tensors;
+  std::vector<float> pool(2 * 16 * 16);
+  decode.statePool = pool.data();
+  decode.poolShape = {int64_t(1) << 60, 2, 16, 16};
+  decode.stateIndices = {0};
+  decode.output = output.data();
+  try {
+    package->decode(decode);
+    ADD_FAILURE() << "accepted a pool of 2^60 slots";
+  } catch (const linac::Error &e) {
+    EXPECT_NE(
+        std::string(e.what()).find("state pool of shape [1152921504606846976, "
+                                   "2, 16, 16] is larger than memory can "
+                                   "hold"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(RuntimeErrors, CApiChecksEveryPointer) {
+  const fs::path &path = packagePath;
+  linac_package *handle = nullptr;
+  ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);
+  auto expectInvalid = [](linac_status status, const std::string &message) {
+    EXPECT_EQ(status, LINAC_ERROR_INVALID_ARGUMENT) << linac_last_error();
+    EXPECT_NE(std::string(linac_last_error()).find(message), std::string::npos)
+        << "expected: " << message << "\n got: " << linac_last_error();
+  };
+
+  linac_package *unused = nullptr;
+  expectInvalid(linac_package_open(nullptr, &unused),
+                "linac_package_open needs a path and an out pointer");
+  expectInvalid(linac_package_open(path.c_str(), nullptr),
+                "linac_package_open needs a path and an out pointer");
+  EXPECT_EQ(linac_package_num_arguments(nullptr), 0u);
+  EXPECT_STREQ(linac_package_target(nullptr), "");
+  const char *name = nullptr;
+  expectInvalid(linac_package_argument(nullptr, 0, &name, &name, &name),
+                "linac_package_argument needs a package");
+  expectInvalid(linac_package_argument(handle, 99, &name, &name, &name),
+                "no argument 99");
+  // The out pointers are optional.
+  EXPECT_EQ(linac_package_argument(handle, 0, nullptr, nullptr, nullptr),
+            LINAC_OK);
+
+  // The fixture's request, through the C API.
+  std::vector<linac_host_tensor> tensors;
+  for (const auto &[tensorName, t] : request.tensors)
+    tensors.push_back(
+        {tensorName.c_str(), t.data, int32_t(t.shape.size()), t.shape.data()});
+  linac_forward_args forward{};
+  forward.tensors = tensors.data();
+  forward.num_tensors = tensors.size();
+  forward.output = output.data();
+  ASSERT_EQ(linac_forward_host(handle, &forward), LINAC_OK)
+      << linac_last_error();
+  expectInvalid(linac_forward_host(nullptr, &forward),
+                "linac_forward_host needs a package and arguments");
+  expectInvalid(linac_forward_host(handle, nullptr),
+                "linac_forward_host needs a package and arguments");
+  linac_forward_args noTensors = forward;
+  noTensors.tensors = nullptr;
+  expectInvalid(linac_forward_host(handle, &noTensors),
+                "no tensors for num_tensors 7");
+  linac_forward_args noCuSeqlens = forward;
+  noCuSeqlens.num_cu_seqlens = 2;
+  expectInvalid(linac_forward_host(handle, &noCuSeqlens),
+                "no cu_seqlens for num_cu_seqlens 2");
+  int64_t offsets[] = {0, 8};
+  linac_forward_args emptyCuSeqlens = forward;
+  emptyCuSeqlens.cu_seqlens = offsets;
+  expectInvalid(linac_forward_host(handle, &emptyCuSeqlens),
+                "cu_seqlens has no entries; pass NULL");
+  std::vector<linac_host_tensor> bad = tensors;
+  bad[0].name = nullptr;
+  forward.tensors = bad.data();
+  expectInvalid(linac_forward_host(handle, &forward),
+                "tensor 0 has no name or shape");
+  bad = tensors;
+  bad[1].shape = nullptr;
+  forward.tensors = bad.data();
+  expectInvalid(linac_forward_host(handle, &forward),
+                "tensor 1 has no name or shape");
+  bad = tensors;
+  bad[2].ndim = 1000;
+  forward.tensors = bad.data();
+  expectInvalid(linac_forward_host(handle, &forward),
+                "has 1000 dimensions; at most 8");
+  bad = tensors;
+  bad[1].name = bad[0].name;
+  forward.tensors = bad.data();
+  expectInvalid(linac_forward_host(handle, &forward),
+                "tensor '" + std::string(bad[0].name) + "' is given twice");
+
+  std::vector<float> pool(2 * 16 * 16);
+  int64_t poolShape[] = {1, 2, 16, 16};
+  int64_t indices[] = {0};
+  linac_decode_args decode{};
+  decode.tensors = tensors.data();
+  decode.num_tensors = tensors.size();
+  decode.state_pool = pool.data();
+  decode.pool_shape = poolShape;
+  decode.state_indices = indices;
+  decode.num_sequences = 1;
+  decode.output = output.data();
+  ASSERT_EQ(linac_decode_host(handle, &decode), LINAC_OK) << linac_last_error();
+  expectInvalid(linac_decode_host(nullptr, &decode),
+                "linac_decode_host needs a package and arguments");
+  expectInvalid(linac_decode_host(handle, nullptr),
+                "linac_decode_host needs a package and arguments");
+  linac_decode_args noPoolShape = decode;
+  noPoolShape.pool_shape = nullptr;
+  expectInvalid(linac_decode_host(handle, &noPoolShape),
+                "linac_decode_host needs pool_shape and state_indices");
+  linac_decode_args noIndices = decode;
+  noIndices.state_indices = nullptr;
+  expectInvalid(linac_decode_host(handle, &noIndices),
+                "linac_decode_host needs pool_shape and state_indices");
+  linac_decode_args noPool = decode;
+  noPool.state_pool = nullptr;
+  expectInvalid(linac_decode_host(handle, &noPool), "state pool has no data");
+  linac_decode_args noOutput = decode;
+  noOutput.output = nullptr;
+  expectInvalid(linac_decode_host(handle, &noOutput), "no output buffer");
+  linac_decode_args noDecodeTensors = decode;
+  noDecodeTensors.tensors = nullptr;
+  expectInvalid(linac_decode_host(handle, &noDecodeTensors),
+                "no tensors for num_tensors 7");
+
+  linac_device_forward_args deviceForward{};
+  expectInvalid(linac_forward_device(nullptr, &deviceForward),
+                "linac_forward_device needs a package and arguments");
+  expectInvalid(linac_forward_device(handle, nullptr),
+                "linac_forward_device needs a package and arguments");
+  linac_device_decode_args deviceDecode{};
+  expectInvalid(linac_decode_device(nullptr, &deviceDecode),
+                "linac_decode_device needs a package and arguments");
+  expectInvalid(linac_decode_device(handle, nullptr),
+                "linac_decode_device needs a package and arguments");
+
+  std::vector<float> states(pool.size());
+  for (bool from : {true, false}) {
+    auto copy = [&](const linac_package *p, float *poolData, int64_t poolSlots,
+                    int64_t heads, const int64_t *idx, size_t count,
+                    float *stateData) {
+      return from ? linac_states_from_pool(p, poolData, poolSlots, heads, idx,
+                                           count, stateData)
+                  : linac_states_to_pool(p, stateData, heads, idx, count,
+                                         poolData, poolSlots);
+    };
+    std::string needs =
+        std::string(from ? "linac_states_from_pool" : "linac_states_to_pool") +
+        " needs a package, buffers and indices";
+    EXPECT_EQ(copy(handle, pool.data(), 1, 2, indices, 1, states.data()),
+              LINAC_OK)
+        << linac_last_error();
+    expectInvalid(copy(nullptr, pool.data(), 1, 2, indices, 1, states.data()),
+                  needs);
+    expectInvalid(copy(handle, nullptr, 1, 2, indices, 1, states.data()),
+                  needs);
+    expectInvalid(copy(handle, pool.data(), 1, 2, indices, 1, nullptr), needs);
+    expectInvalid(copy(handle, pool.data(), 1, 2, nullptr, 1, states.data()),
+                  needs);
+    expectInvalid(copy(handle, pool.data(), 1, 0, indices, 1, states.data()),
+                  "a state pool needs a positive head count, got 0");
+    expectInvalid(copy(handle, pool.data(), int64_t(1) << 62, 2, indices, 1,
+                       states.data()),
+                  "state pool of shape [4611686018427387904, 2, 16, 16] is "
+                  "larger than memory can hold");
+  }
+  linac_package_close(handle);
+}
+
 TEST_F(RuntimeErrors, CApiReportsBadShapes) {
   linac_package *handle = nullptr;
-  fs::path path = work / "gated_deltanet_16x16.linac";
+  const fs::path &path = packagePath;
   ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);
   int64_t shape[] = {1, 8, 2, 15};
   linac_host_tensor q{"q", storage.front().data(), 4, shape};

@@ -40,6 +40,12 @@
 // MANIFEST-NEXT: "parts": 1,
 // MANIFEST-NEXT: "staging": "bulk",
 // MANIFEST-NEXT: "state_layout": "key_major"
+// MANIFEST: "integrity": {
+// MANIFEST-NEXT: "contract": "{{[0-9a-f]+}}",
+// MANIFEST-NEXT: "files": {
+// MANIFEST-NEXT: "layer.cubin": {
+// MANIFEST-NEXT: "bytes": {{[1-9][0-9]*}},
+// MANIFEST-NEXT: "sha256": "{{[0-9a-f]+}}"
 // MANIFEST: "kernels": [
 // MANIFEST-NEXT: {
 // MANIFEST-NEXT: "block_threads": 512,
@@ -82,6 +88,7 @@
 // SOURCE-NEXT: LINAC_CHUNK_KERNEL_BFLOAT16(Layer)
 // SOURCE-NEXT: LINAC_CHUNK_KERNEL_FLOAT16(Layer)
 // SOURCE: LINAC_DECODE_KERNELS(Layer)
+// SOURCE: LINAC_CONTRACT("{{[0-9a-f]+}}")
 
 // WARPS8: "decode_warps": 8
 

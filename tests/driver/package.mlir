@@ -12,7 +12,14 @@
 // MANIFEST-NEXT: "role": "input"
 // MANIFEST: "name": "gamma"
 // MANIFEST-NEXT: "role": "param"
-// MANIFEST: "format": 1
+// MANIFEST: "cpu_abi_version": 2
+// MANIFEST: "format": 2
+// MANIFEST: "integrity": {
+// MANIFEST-NEXT: "contract": "{{[0-9a-f]+}}",
+// MANIFEST-NEXT: "files": {
+// MANIFEST-NEXT: "layer.so": {
+// MANIFEST-NEXT: "bytes": {{[1-9][0-9]*}},
+// MANIFEST-NEXT: "sha256": "{{[0-9a-f]+}}"
 // MANIFEST: "layer": "grouped"
 // MANIFEST: "normal_form": {
 // MANIFEST: "erase": "vector"
@@ -24,6 +31,7 @@
 // SOURCE: static constexpr bool kNormalizer = false, kErase = true, kValueDecay = false,
 // SOURCE: static void prologue(
 // SOURCE: out.e = arg_beta * out.k;
+// SOURCE: LINAC_CONTRACT("{{[0-9a-f]+}}")
 // DESCRIBE: layer @grouped for cpu, K = 16, V = 8
 // DESCRIBE: beta           input    key     [B, T, H, K]
 // DESCRIBE: gamma          param    scalar  [H]

@@ -1,12 +1,15 @@
 //===- cuda_package_test.cpp - CUDA packages without a GPU ----------------===//
 //
-// Opens a hand-written sm_90a package (a manifest and a stand-in cubin) and
-// checks everything the runtime decides before it needs a driver: targets,
-// dtypes, shapes and pointers, and the error when there is no driver.
+// Opens a hand-written sm_90a package (a manifest and a stand-in cubin,
+// sealed as the compiler seals them) and checks everything the runtime
+// decides before it needs a driver: integrity, targets, dtypes, shapes and
+// pointers, and the error when there is no driver.
 //
 //===----------------------------------------------------------------------===//
 
+#include "linac/contract.h"
 #include "linac/cuda/abi.h"
+#include "linac/integrity.h"
 #include "linac/package.h"
 #include "linac/runtime.h"
 
@@ -44,7 +47,7 @@ nlohmann::json kernel(const char *entry, const char *dtype, const char *family,
 /// the compiler would describe it for sm_90a.
 nlohmann::json cudaManifest() {
   return {
-      {"format", 1},
+      {"format", 2},
       {"target", "sm_90a"},
       {"cuda_abi_version", LINAC_CUDA_ABI_VERSION},
       {"layer", "toy"},
@@ -85,18 +88,34 @@ protected:
     package = linac::Package::open(write(cudaManifest()).string());
   }
 
-  /// A package directory holding `manifest` and a stand-in cubin.
-  fs::path write(const nlohmann::json &manifest) {
+  /// A package directory (the test's name and `suffix`) holding `manifest`
+  /// and a stand-in cubin that carries the manifest's contract, the
+  /// manifest sealed with both hashes.
+  fs::path write(nlohmann::json manifest, const std::string &suffix = "") {
     fs::path path =
         fs::path(testing::TempDir()) /
         (std::string("linac_cuda_") +
          testing::UnitTest::GetInstance()->current_test_info()->name() +
-         ".linac");
+         suffix + ".linac");
     fs::create_directories(path);
+    std::string contract = linac::contractHash(manifest.dump());
+    std::string cubin = std::string("\x7f"
+                                    "ELF stand-in ") +
+                        LINAC_CONTRACT_PREFIX + contract;
+    manifest["integrity"] = {
+        {"contract", contract},
+        {"files",
+         {{"layer.cubin",
+           {{"bytes", cubin.size()}, {"sha256", linac::sha256Hex(cubin)}}}}}};
     std::ofstream(path / "manifest.json") << manifest.dump(1);
-    std::ofstream(path / "layer.cubin", std::ios::binary) << "\x7f"
-                                                             "ELF stand-in";
+    std::ofstream(path / "layer.cubin", std::ios::binary) << cubin;
     return path;
+  }
+
+  /// The message of the package error opening `path` throws.
+  static std::string openRejection(const fs::path &path) {
+    return rejection([&] { linac::Package::open(path.string()); },
+                     linac::Error::Kind::Package);
   }
 
   /// A tensor whose (aligned, host) data the checks under test never read.
@@ -353,6 +372,124 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
                                     linac::Error::Kind::Package);
     EXPECT_NE(message.find(c.message), std::string::npos) << message;
   }
+}
+
+TEST_F(CudaPackage, NumbersAreRangeChecked) {
+  struct Case {
+    std::function<void(nlohmann::json &)> edit;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[](auto &m) { m["key_dim"] = 0; },
+       "key_dim is 0; expected an integer from 1 to 1048576"},
+      {[](auto &m) { m["value_dim"] = -16; }, "value_dim is -16"},
+      {[](auto &m) { m["key_dim"] = 16.5; }, "key_dim is 16.5"},
+      {[](auto &m) { m["key_dim"] = uint64_t(1) << 63; },
+       "key_dim is 9223372036854775808"},
+      {[](auto &m) { m["key_dim"] = "16"; }, "key_dim is \"16\""},
+      {[](auto &m) { m["format"] = 1; },
+       "manifest format 1 is not the supported format 2"},
+      {[](auto &m) { m["decode"]["max_tokens"] = 0; },
+       "decode.max_tokens is 0"},
+      {[](auto &m) { m["decode"]["parts"] = int64_t(1) << 40; },
+       "decode.parts is 1099511627776"},
+      {[](auto &m) { m["kernels"][0]["shared_memory"] = -1; },
+       "kernel 'linac_chunk_bfloat16' has an impossible launch shape"},
+      {[](auto &m) { m["kernels"][0]["block_threads"] = 0; },
+       "kernel 'linac_chunk_bfloat16' has an impossible launch shape"},
+      {[](auto &m) { m["kernels"][0]["block_threads"] = 128.5; },
+       "kernel 'linac_chunk_bfloat16' has an impossible launch shape"},
+      {[](auto &m) { m["kernels"][0]["file"] = "../layer.cubin"; },
+       "kernels[0].file '../layer.cubin' is not a file of the package"},
+      {[](auto &m) { m["decode"]["kernels"][0]["file"] = "/etc/passwd"; },
+       "decode.kernels[0].file '/etc/passwd' is not a file of the package"},
+      {[](auto &m) { m["arguments"][1]["name"] = "q"; },
+       "arguments[1] 'q' appears twice"},
+      {[](auto &m) { m["arguments"][0]["role"] = "output"; },
+       "arguments[0] 'q' has role 'output'"},
+      {[](auto &m) { m["arguments"][3]["kind"] = "tensor"; },
+       "arguments[3] 'g' has kind 'tensor'"},
+      {[](auto &m) { m["arguments"][0]["name"] = ""; },
+       "arguments[0] has no name"},
+      {[](auto &m) {
+         m["arguments"] = nlohmann::json::array(
+             {argument("A_log", "param", "scalar", "[H]")});
+       },
+       "the layer has no inputs"},
+  };
+  for (const Case &c : cases) {
+    nlohmann::json manifest = cudaManifest();
+    c.edit(manifest);
+    std::string message = openRejection(write(manifest));
+    EXPECT_NE(message.find(c.message), std::string::npos) << message;
+  }
+}
+
+TEST_F(CudaPackage, TheCubinIsTiedToItsManifest) {
+  fs::path path = write(cudaManifest());
+  auto readText = [](const fs::path &file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string manifest = readText(path / "manifest.json");
+  std::string cubin = readText(path / "layer.cubin");
+  auto writeText = [](const fs::path &file, const std::string &text) {
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+  };
+
+  writeText(path / "layer.cubin", cubin.substr(0, 10));
+  EXPECT_NE(openRejection(path).find(
+                "layer.cubin has 10 bytes, but integrity.files.layer.cubin."
+                "bytes in manifest.json records " +
+                std::to_string(cubin.size()) + " (truncated or replaced)"),
+            std::string::npos)
+      << openRejection(path);
+
+  std::string changed = cubin;
+  changed[5] ^= 1;
+  writeText(path / "layer.cubin", changed);
+  EXPECT_NE(openRejection(path).find("layer.cubin has SHA-256 " +
+                                     linac::sha256Hex(changed)),
+            std::string::npos)
+      << openRejection(path);
+
+  // A manifest edited after compilation, its integrity member kept.
+  writeText(path / "layer.cubin", cubin);
+  nlohmann::json edited = nlohmann::json::parse(manifest);
+  std::swap(edited["arguments"][0], edited["arguments"][1]);
+  writeText(path / "manifest.json", edited.dump(1));
+  EXPECT_NE(openRejection(path).find("manifest.json does not match its "
+                                     "integrity.contract"),
+            std::string::npos)
+      << openRejection(path);
+
+  // A cubin from another package, with its hashes copied too.
+  nlohmann::json other = cudaManifest();
+  other["key_dim"] = 32;
+  fs::path otherPath = write(other, "_other");
+  edited = nlohmann::json::parse(manifest);
+  edited["integrity"]["files"] = nlohmann::json::parse(
+      readText(otherPath / "manifest.json"))["integrity"]["files"];
+  writeText(path / "manifest.json", edited.dump(1));
+  fs::copy_file(otherPath / "layer.cubin", path / "layer.cubin",
+                fs::copy_options::overwrite_existing);
+  EXPECT_NE(openRejection(path).find("layer.cubin does not carry the "
+                                     "manifest's integrity.contract"),
+            std::string::npos)
+      << openRejection(path);
+
+  edited = nlohmann::json::parse(manifest);
+  edited["integrity"]["files"].erase("layer.cubin");
+  writeText(path / "manifest.json", edited.dump(1));
+  EXPECT_NE(openRejection(path).find("integrity.files has no entry for "
+                                     "'layer.cubin'"),
+            std::string::npos)
+      << openRejection(path);
+
+  edited.erase("integrity");
+  writeText(path / "manifest.json", edited.dump(1));
+  EXPECT_NE(openRejection(path).find("corrupt manifest"), std::string::npos)
+      << openRejection(path);
 }
 
 TEST_F(CudaPackage, MissingCubinIsRefused) {

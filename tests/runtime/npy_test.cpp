@@ -73,6 +73,87 @@ TEST(Npy, RejectsTruncatedData) {
   std::remove(path.c_str());
 }
 
+/// A float32 .npy file whose header says `shape` (as NumPy writes it, e.g.
+/// "(3,)"), followed by `data`.
+std::string writeRaw(const std::string &name, const std::string &shape,
+                     const std::string &data) {
+  std::string header =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  std::string path = tempPath(name);
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  out.put(static_cast<char>(header.size() & 0xff));
+  out.put(static_cast<char>(header.size() >> 8));
+  out << header << data;
+  return path;
+}
+
+/// The message readNpy throws for `path`.
+std::string readError(const std::string &path) {
+  try {
+    linac::readNpy(path);
+  } catch (const linac::NpyError &e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "read " << path;
+  return "";
+}
+
+TEST(Npy, RejectsShapesPastInt64) {
+  // 2^32 * 2^32 elements, and 2^61 elements of 4 bytes: neither count of
+  // bytes fits, and neither may reach an allocation.
+  for (const char *shape :
+       {"(4294967296, 4294967296)", "(2305843009213693952,)",
+        "(3037000500, 3037000500, 3037000500)"}) {
+    std::string path = writeRaw("huge.npy", shape, "");
+    EXPECT_NE(readError(path).find("count an int64 holds"), std::string::npos)
+        << readError(path);
+  }
+  std::string path = writeRaw("huge.npy", "(99999999999999999999,)", "");
+  EXPECT_NE(readError(path).find("malformed shape"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(Npy, RejectsAShapeLargerThanItsData) {
+  // 4 TiB by the header, 8 bytes in the file: an error, not an allocation.
+  std::string path = writeRaw("big.npy", "(1099511627776,)", "12345678");
+  EXPECT_NE(readError(path).find("fewer elements than its shape "
+                                 "(1099511627776,) needs"),
+            std::string::npos)
+      << readError(path);
+  std::remove(path.c_str());
+}
+
+TEST(Npy, RejectsNegativeAndMalformedDimensions) {
+  std::string path = writeRaw("negative.npy", "(2, -3)", "");
+  EXPECT_NE(readError(path).find("negative dimension"), std::string::npos)
+      << readError(path);
+  path = writeRaw("malformed.npy", "(2, 3x)", std::string(24, '\0'));
+  EXPECT_NE(readError(path).find("malformed shape"), std::string::npos)
+      << readError(path);
+  std::remove(path.c_str());
+}
+
+TEST(Npy, RejectsDataBeyondTheShape) {
+  std::string path = writeRaw("long.npy", "(2,)", std::string(12, '\0'));
+  EXPECT_NE(readError(path).find("more bytes than its shape (2,) needs"),
+            std::string::npos)
+      << readError(path);
+  std::remove(path.c_str());
+}
+
+TEST(Npy, ArraysMustHoldTheirShapesBytes) {
+  linac::NpyArray array = linac::makeFloat32({2}, {1, 2});
+  array.bytes.pop_back();
+  EXPECT_THROW(array.toFloat(), linac::NpyError);
+  EXPECT_THROW(linac::writeNpy(tempPath("short_array.npy"), array),
+               linac::NpyError);
+  array.shape = {int64_t(1) << 40, int64_t(1) << 40};
+  EXPECT_THROW(array.numElements(), linac::NpyError);
+}
+
 TEST(Npy, RejectsNonNpyAndMissingFiles) {
   std::string path = tempPath("text.npy");
   std::ofstream(path) << "hello";

@@ -8,11 +8,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "linac/Compiler/Codegen.h"
+#include "linac/cpu/abi.h"
 #include "linac/cuda/abi.h"
 #include "linac/Compiler/Passes.h"
 #include "linac/Compiler/SpecSource.h"
 #include "linac/Linac.h"
 #include "linac/bench.h"
+#include "linac/integrity.h"
 #include "linac/npy.h"
 #include "linac/package.h"
 
@@ -32,12 +34,15 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SHA256.h"
+#include "llvm/Support/Signals.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <unistd.h>
 
 using namespace mlir;
@@ -47,8 +52,11 @@ namespace fs = llvm::sys::fs;
 static constexpr const char *kCompilerVersion = "0.1.0";
 /// New tokens per sequence a decode call takes (speculative decoding).
 static constexpr int kMaxDecodeTokens = 8;
-/// The calling convention of templates/linac/cuda/abi.h.
+/// The calling conventions of templates/linac/cpu/abi.h and cuda/abi.h.
+static constexpr int kCpuAbiVersion = LINAC_CPU_ABI_VERSION;
 static constexpr int kCudaAbiVersion = LINAC_CUDA_ABI_VERSION;
+/// How long a crash report may take before the process ends anyway.
+static constexpr unsigned kCrashReportSeconds = 20;
 
 static cl::SubCommand compileCommand("compile", "Compile a spec into a package");
 static cl::opt<std::string> specPath(cl::Positional, cl::desc("<spec.mlir>"),
@@ -339,6 +347,28 @@ static llvm::json::Array decodeKernelList(linac::LayerOp layer, StringRef file) 
   return kernels;
 }
 
+/// A manifest's text, as the package holds it.
+static std::string manifestJson(const llvm::json::Object &manifest) {
+  std::string text;
+  llvm::raw_string_ostream(text)
+      << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object(manifest)))
+      << "\n";
+  return text;
+}
+
+/// The manifest's integrity member: the hash of its contract, and the size
+/// and SHA-256 of the kernel file `name` at `path` (docs/runtime.md).
+static llvm::json::Object integrityOf(const std::string &contract,
+                                      const std::string &path,
+                                      const std::string &name) {
+  std::string bytes = readFile(path);
+  llvm::json::Object file{{"bytes", int64_t(bytes.size())},
+                          {"sha256", linac::sha256Hex(bytes)}};
+  return llvm::json::Object{
+      {"contract", contract},
+      {"files", llvm::json::Object{{name, std::move(file)}}}};
+}
+
 static int compile() {
   if (targetName != "cpu" && targetName != "sm_90a" && targetName != "sm_80")
     return fail("unknown target '" + targetName +
@@ -425,7 +455,7 @@ static int compile() {
   runtimeArgument("o", "value", "[B, T, H, V]", "float32");
 
   llvm::json::Object manifest{
-      {"format", 1},
+      {"format", 2},
       {"compiler_version", kCompilerVersion},
       {"target", targetName.getValue()},
       {"spec_hash", hash},
@@ -452,18 +482,28 @@ static int compile() {
     // pool for the kernel (linac_cuda_decode_args::state_map).
     decode["staging"] = plan.getAs<StringAttr>("decode_staging").getValue();
   } else {
+    manifest["cpu_abi_version"] = kCpuAbiVersion;
     decode["entry"] = "linac_cpu_decode";
   }
   manifest["decode"] = std::move(decode);
+  // The kernel file carries the hash of the manifest's contract, and the
+  // manifest the kernel file's size and hash.
+  std::string contract = linac::contractHash(manifestJson(manifest));
+  *source += linac::emitContract(contract);
   std::string manifestText;
-  llvm::raw_string_ostream(manifestText)
-      << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
+  auto writeManifest = [&] {
+    manifest["integrity"] =
+        integrityOf(contract, staging.path() + "/" + tools->kernel,
+                    tools->kernel);
+    manifestText = manifestJson(manifest);
+    return write("manifest.json", manifestText);
+  };
 
   if (failed(write(tools->source, *source)) ||
       failed(write("layer.mlir", normalized)) ||
       failed(buildKernel(*tools, staging.path() + "/" + tools->source,
                          staging.path() + "/" + tools->kernel, *source)) ||
-      failed(write("manifest.json", manifestText)))
+      failed(writeManifest()))
     return fail("could not write the package " + out);
   std::string installError = linac::output::install(staging, out);
   if (!installError.empty())
@@ -578,6 +618,8 @@ static int run() {
     return fail(e.what());
   } catch (const linac::NpyError &e) {
     return fail(e.what());
+  } catch (const std::bad_alloc &) {
+    return fail("out of memory for the inputs or outputs");
   }
   return 0;
 }
@@ -633,7 +675,27 @@ static int bench() {
   return 0;
 }
 
+/// Kills the process once armed and kCrashReportSeconds have passed.
+static timer_t crashReportTimer;
+
+/// A crash inside malloc (a corrupted heap) may leave its lock held, and
+/// LLVM's crash report allocates, and waits on a symbolizer: bound the
+/// report, so that the process ends rather than hangs. A timer of its own,
+/// since the report's own watchdog takes alarm(); timer_settime is
+/// async-signal-safe.
+static void boundCrashReport(void *) {
+  itimerspec deadline{};
+  deadline.it_value.tv_sec = kCrashReportSeconds;
+  timer_settime(crashReportTimer, 0, &deadline, nullptr);
+}
+
 int main(int argc, char **argv) {
+  sigevent expiry{};
+  expiry.sigev_notify = SIGEV_SIGNAL;
+  expiry.sigev_signo = SIGKILL;
+  // Before InitLLVM's crash report, so that it runs first on a crash.
+  if (timer_create(CLOCK_MONOTONIC, &expiry, &crashReportTimer) == 0)
+    llvm::sys::AddSignalHandler(boundCrashReport, nullptr);
   llvm::InitLLVM init(argc, argv);
   linac::output::removeTemporariesOnSignal();
   linac::registerLinacPasses();

@@ -28,10 +28,12 @@ struct NpyArray {
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 
+  /// Throws NpyError for a shape whose count overflows int64_t.
   int64_t numElements() const;
   /// The shape as "(2, 3)".
   std::string shapeString() const;
-  /// The elements converted to float (float and integer dtypes alike).
+  /// The elements converted to float (float and integer dtypes alike);
+  /// this and toInt64 throw unless `bytes` holds exactly the shape's.
   std::vector<float> toFloat() const;
   /// The elements converted to int64; throws for float dtypes.
   std::vector<int64_t> toInt64() const;

@@ -119,8 +119,9 @@ struct ForwardShape {
 
 class Package {
 public:
-  /// Loads NAME.linac/: checks the manifest and loads a CPU kernel or reads
-  /// a CUDA package's cubin. Opening needs no CUDA driver.
+  /// Loads NAME.linac/: checks the manifest's fields and the package's
+  /// integrity (docs/runtime.md), then loads a CPU kernel or reads a CUDA
+  /// package's cubin. Opening needs no CUDA driver.
   static std::unique_ptr<Package> open(const std::string &path);
   ~Package();
 
@@ -210,6 +211,10 @@ private:
                            DType dtype) const;
   /// Validates pool indices against `poolSlots`; returns a head's state size.
   size_t checkPool(int64_t poolSlots, const std::vector<int64_t> &indices) const;
+  /// The checks of a copy between a pool and states of `heads` heads;
+  /// returns a state's size over all heads.
+  size_t checkPoolCopy(int64_t poolSlots, int64_t heads,
+                       const std::vector<int64_t> &indices) const;
   /// The checks every decode step shares: shapes, token count, pool.
   ForwardShape
   checkDecode(const std::map<std::string, std::vector<int64_t>> &shapes,

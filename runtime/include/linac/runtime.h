@@ -2,9 +2,10 @@
  *
  * Opens a compiled layer package and runs its forward pass: on the host for
  * a cpu package, on a CUDA device for an sm_90a or sm_80 one. Every call
- * validates its arguments and returns a status; on failure
- * linac_last_error() says what was wrong. Nothing here needs MLIR, and the
- * CUDA driver is found at run time, only when a device call needs it.
+ * validates its arguments, NULL pointers included, and returns a status; on
+ * failure linac_last_error() says what was wrong. Nothing here needs MLIR,
+ * and the CUDA driver is found at run time, only when a device call needs
+ * it.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -81,9 +82,12 @@ typedef struct linac_device_forward_args {
 /* Thread-local message of the last failed call on this thread. */
 const char *linac_last_error(void);
 
+/* Opens a package after checking its manifest and that its files belong
+ * together (docs/runtime.md): LINAC_ERROR_PACKAGE if not. */
 linac_status linac_package_open(const char *path, linac_package **package);
 void linac_package_close(linac_package *package);
 
+/* 0 for a NULL package. */
 size_t linac_package_num_arguments(const linac_package *package);
 /* The i-th argument's name, role (input, param, runtime) and shape, such as
  * "[B, T, H, K]". The strings live as long as the package. */
@@ -91,7 +95,8 @@ linac_status linac_package_argument(const linac_package *package, size_t i,
                                     const char **name, const char **role,
                                     const char **shape);
 
-/* "cpu", "sm_90a" or "sm_80"; the string lives as long as the package. */
+/* "cpu", "sm_90a" or "sm_80" ("" for a NULL package); the string lives as
+ * long as the package. */
 const char *linac_package_target(const linac_package *package);
 
 /* Runs a cpu package on host buffers. */

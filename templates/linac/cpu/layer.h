@@ -9,12 +9,14 @@
 //   decode.
 // forward<Layer> runs either over every sequence and head, and decode<Layer>
 // the step from a state pool, both spread over the machine's cores.
+// LINAC_CONTRACT exports the hash that ties the library to its manifest.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef LINAC_CPU_LAYER_H
 #define LINAC_CPU_LAYER_H
 
+#include "linac/contract.h"
 #include "linac/cpu/abi.h"
 #include "linac/cpu/vec.h"
 #include "linac/gates.h"
@@ -337,5 +339,10 @@ template <typename Layer> int forward(const linac_cpu_forward_args &args) {
 }
 
 } // namespace linac::cpu
+
+/// The manifest's contract hash, exported for the runtime to compare with
+/// the manifest's before and after loading (linac/contract.h).
+#define LINAC_CONTRACT(hash)                                                   \
+  extern "C" const char linac_contract[] = LINAC_CONTRACT_PREFIX hash;
 
 #endif // LINAC_CPU_LAYER_H

@@ -7,13 +7,15 @@
 //   Scan::step(token, state, scale, out), run by the recurrent scan, and
 //   Decode::step, the same step on decode.h's split of the state.
 // The LINAC_*_KERNEL(S) macros define the entry points the package's
-// manifest lists, one per activation dtype.
+// manifest lists, one per activation dtype, and LINAC_CONTRACT the hash
+// that ties the cubin to the manifest.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef LINAC_CUDA_LAYER_H
 #define LINAC_CUDA_LAYER_H
 
+#include "linac/contract.h"
 #include "linac/cuda/chunk.h"
 #include "linac/cuda/decode.h"
 #include "linac/cuda/scan.h"
@@ -59,5 +61,11 @@
                        linac::cuda::decodeThreads<Layer>(),                    \
                        linac::cuda::decodeBlocksPerMultiprocessor<Layer>(),    \
                        linac_cuda_decode_args)
+
+/// The manifest's contract hash, where the runtime finds it in the cubin's
+/// bytes without a GPU (linac/contract.h).
+#define LINAC_CONTRACT(hash)                                                   \
+  extern "C" __device__ const char linac_contract[] =                          \
+      LINAC_CONTRACT_PREFIX hash;
 
 #endif // LINAC_CUDA_LAYER_H

@@ -22,6 +22,10 @@ mlir::FailureOr<std::string> emitCpuSource(LayerOp layer);
 /// is recurrent) and the recurrent scan, one entry per activation dtype.
 mlir::FailureOr<std::string> emitCudaSource(LayerOp layer);
 
+/// The line that makes either target's source export `contractHash`, the
+/// hash of its manifest's contract (templates/linac/contract.h).
+std::string emitContract(llvm::StringRef contractHash);
+
 /// The step as a JSON program (values, ops, yield) that the fp64 reference
 /// interprets token by token.
 llvm::json::Object emitStepProgram(LayerOp layer);

@@ -82,6 +82,18 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
   text << in.rdbuf();
   std::unique_ptr<Package> package(new Package());
   package->manifest_ = text.str();
+  readManifest(path, package.get());
+  package->loadKernels(path);
+  return package;
+}
+
+void Package::checkManifest(const std::string &text) {
+  Package package;
+  package.manifest_ = text;
+  readManifest("manifest.json", &package);
+}
+
+void Package::readManifest(const std::string &path, Package *package) {
   try {
     nlohmann::json manifest = nlohmann::json::parse(package->manifest_);
     if (manifest.at("format").get<int>() != kManifestFormat)
@@ -174,41 +186,44 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
                                      " is not key_major");
       if (package->kernels_.empty())
         throw packageError(path, "manifest lists no kernels");
-      package->modules_ =
-          std::make_unique<cuda::ModuleCache>(readFile(path, cubin));
+      package->kernelFile_ = cubin;
     } else {
-      std::string library =
-          path + "/" +
+      package->kernelFile_ =
           manifest.at("kernels").at(0).at("file").get<std::string>();
-      std::string entry =
+      package->forwardEntry_ =
           manifest.at("kernels").at(0).at("entry").get<std::string>();
-      package->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (!package->library_)
-        throw packageError(path,
-                           std::string("cannot load kernel: ") + dlerror());
-      auto version = reinterpret_cast<linac_cpu_abi_version_fn>(
-          dlsym(package->library_, "linac_cpu_abi_version"));
-      if (!version || version() != LINAC_CPU_ABI_VERSION)
-        throw packageError(path,
-                           "kernel was built for another CPU ABI version");
-      package->forward_ = dlsym(package->library_, entry.c_str());
-      if (!package->forward_)
-        throw packageError(path, "kernel has no entry '" + entry + "'");
       const nlohmann::json &decode = manifest.at("decode");
-      std::string decodeEntry = decode.at("entry").get<std::string>();
+      package->decodeEntry_ = decode.at("entry").get<std::string>();
       if (decode.at("state_layout").get<std::string>() != "key_major")
         throw packageError(path, "decode state layout " +
                                      decode.at("state_layout").dump() +
                                      " is not key_major");
       package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
-      package->decode_ = dlsym(package->library_, decodeEntry.c_str());
-      if (!package->decode_)
-        throw packageError(path, "kernel has no entry '" + decodeEntry + "'");
     }
   } catch (const nlohmann::json::exception &e) {
     throw packageError(path, std::string("corrupt manifest: ") + e.what());
   }
-  return package;
+}
+
+void Package::loadKernels(const std::string &path) {
+  if (runsOnDevice()) {
+    modules_ = std::make_unique<cuda::ModuleCache>(readFile(path, kernelFile_));
+    return;
+  }
+  std::string library = path + "/" + kernelFile_;
+  library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!library_)
+    throw packageError(path, std::string("cannot load kernel: ") + dlerror());
+  auto version = reinterpret_cast<linac_cpu_abi_version_fn>(
+      dlsym(library_, "linac_cpu_abi_version"));
+  if (!version || version() != LINAC_CPU_ABI_VERSION)
+    throw packageError(path, "kernel was built for another CPU ABI version");
+  forward_ = dlsym(library_, forwardEntry_.c_str());
+  if (!forward_)
+    throw packageError(path, "kernel has no entry '" + forwardEntry_ + "'");
+  decode_ = dlsym(library_, decodeEntry_.c_str());
+  if (!decode_)
+    throw packageError(path, "kernel has no entry '" + decodeEntry_ + "'");
 }
 
 Package::Package() = default;

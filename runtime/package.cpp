@@ -66,6 +66,18 @@ static std::optional<DType> parseDType(const std::string &name) {
   return std::nullopt;
 }
 
+/// `object[key]` as an integer. nlohmann's get<int64_t>() would also take
+/// a floating-point number and convert it, with undefined behaviour where
+/// it does not fit.
+static int64_t integerAt(const nlohmann::json &object, const char *key,
+                         const std::string &path) {
+  const nlohmann::json &value = object.at(key);
+  if (!value.is_number_integer())
+    throw packageError(path, std::string("manifest's '") + key + "' is " +
+                                 value.dump() + ", not an integer");
+  return value.get<int64_t>();
+}
+
 static std::string readFile(const std::string &path, const std::string &file) {
   std::ifstream in(path + "/" + file, std::ios::binary);
   std::stringstream bytes;
@@ -96,7 +108,7 @@ void Package::checkManifest(const std::string &text) {
 void Package::readManifest(const std::string &path, Package *package) {
   try {
     nlohmann::json manifest = nlohmann::json::parse(package->manifest_);
-    if (manifest.at("format").get<int>() != kManifestFormat)
+    if (integerAt(manifest, "format", path) != kManifestFormat)
       throw packageError(path, "manifest format " +
                                    manifest.at("format").dump() +
                                    " is not the supported format " +
@@ -107,8 +119,8 @@ void Package::readManifest(const std::string &path, Package *package) {
                                    "'; this runtime runs cpu, sm_90a and "
                                    "sm_80 packages");
     package->layer_ = manifest.at("layer").get<std::string>();
-    package->keyDim_ = manifest.at("key_dim").get<int64_t>();
-    package->valueDim_ = manifest.at("value_dim").get<int64_t>();
+    package->keyDim_ = integerAt(manifest, "key_dim", path);
+    package->valueDim_ = integerAt(manifest, "value_dim", path);
     package->normalizer_ =
         manifest.at("normal_form").value("normalizer", false);
     if (package->keyDim_ <= 0 || package->valueDim_ <= 0)
@@ -125,7 +137,7 @@ void Package::readManifest(const std::string &path, Package *package) {
       package->arguments_.push_back(std::move(info));
     }
     if (package->runsOnDevice()) {
-      int abiVersion = manifest.at("cuda_abi_version").get<int>();
+      int64_t abiVersion = integerAt(manifest, "cuda_abi_version", path);
       if (abiVersion != LINAC_CUDA_ABI_VERSION)
         throw packageError(path, "kernels were built for CUDA ABI version " +
                                      std::to_string(abiVersion) +
@@ -144,8 +156,8 @@ void Package::readManifest(const std::string &path, Package *package) {
           std::string file = kernel.at("file").get<std::string>();
           std::optional<DType> dtype =
               parseDType(kernel.at("dtype").get<std::string>());
-          int64_t blockThreads = kernel.at("block_threads").get<int64_t>();
-          int64_t sharedMemory = kernel.at("shared_memory").get<int64_t>();
+          int64_t blockThreads = integerAt(kernel, "block_threads", path);
+          int64_t sharedMemory = integerAt(kernel, "shared_memory", path);
           if (!dtype)
             throw packageError(path, "kernel '" + entry + "' has dtype " +
                                          kernel.at("dtype").dump() +
@@ -169,8 +181,8 @@ void Package::readManifest(const std::string &path, Package *package) {
       package->kernels_ = kernelsOf(manifest.at("kernels"));
       const nlohmann::json &decode = manifest.at("decode");
       package->decodeKernels_ = kernelsOf(decode.at("kernels"));
-      package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
-      package->decodeParts_ = decode.at("parts").get<int64_t>();
+      package->maxDecodeTokens_ = integerAt(decode, "max_tokens", path);
+      package->decodeParts_ = integerAt(decode, "parts", path);
       if (package->decodeParts_ < 1 ||
           package->valueDim_ % package->decodeParts_ != 0)
         throw packageError(path, "decode parts " +
@@ -198,7 +210,7 @@ void Package::readManifest(const std::string &path, Package *package) {
         throw packageError(path, "decode state layout " +
                                      decode.at("state_layout").dump() +
                                      " is not key_major");
-      package->maxDecodeTokens_ = decode.at("max_tokens").get<int64_t>();
+      package->maxDecodeTokens_ = integerAt(decode, "max_tokens", path);
     }
   } catch (const nlohmann::json::exception &e) {
     throw packageError(path, std::string("corrupt manifest: ") + e.what());

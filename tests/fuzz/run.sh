@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# Runs the fuzz targets, each for SECONDS (default 3600):
+# Runs the fuzz targets, each for SECONDS (default 3600), or the
+# differential run on COUNT mutants (seed SEED, default a random one):
 #
 #   tests/fuzz/run.sh [SECONDS [spec|manifest|npy]...]
+#   tests/fuzz/run.sh --differential COUNT [SEED]
 #
 # The fuzzers run from the clang build LINAC_BUILD (default build-sanitize,
 # see docs/testing.md), each with its corpus in
 # $LINAC_BUILD/tests/fuzz/corpus/, seeded from the examples, the tests'
 # specs, generated manifests and .npy files and tests/fuzz/regressions/; a
 # crashing input lands in $LINAC_BUILD/tests/fuzz/artifacts/ and the run
-# fails.
+# fails. The differential run uses LINAC_BUILD (default build) and copies
+# each defective mutant into $LINAC_BUILD/tests/fuzz/long/defects/.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 regressions=$root/tests/fuzz/regressions
+
+if [[ ${1:-} == --differential ]]; then
+  build=${LINAC_BUILD:-$root/build}
+  count=${2:?usage: run.sh --differential COUNT [SEED]}
+  seed=${3:-$RANDOM}
+  work=$build/tests/fuzz/long
+  echo "== $count mutants, seed $seed"
+  rm -rf "$work"
+  python3 "$root/tests/fuzz/mutate_specs.py" --count "$count" --seed "$seed" \
+    --out "$work/mutants" "$root"/examples/*.mlir "$root"/tests/cpu/specs/*.mlir &&
+    "$build/bin/linac-differential" "$work" "$work/mutants" \
+      "$regressions/differential"
+  exit
+fi
+
 build=${LINAC_BUILD:-$root/build-sanitize}
 seconds=${1:-3600}
 shift $(($# > 0))
@@ -37,7 +55,7 @@ for fuzzer in "${fuzzers[@]}"; do
   options=()
   case $fuzzer in
     spec) seeds=("$root/examples" "$root"/tests/{dialect,compiler,examples,driver}
-                 "$root"/tests/{cpu,gpu}/specs)
+                 "$root"/tests/{cpu,gpu}/specs "$regressions/differential")
           options=(-dict="$root/tests/fuzz/spec.dict") ;;
     manifest | npy) seeds=("$work/seeds/$fuzzer") ;;
     *) echo "run.sh: unknown fuzzer '$fuzzer'" >&2; exit 2 ;;

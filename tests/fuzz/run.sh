@@ -8,10 +8,11 @@
 # The fuzzers run from the clang build LINAC_BUILD (default build-sanitize,
 # see docs/testing.md), each with its corpus in
 # $LINAC_BUILD/tests/fuzz/corpus/, seeded from the examples, the tests'
-# specs, generated manifests and .npy files and tests/fuzz/regressions/; a
-# crashing input lands in $LINAC_BUILD/tests/fuzz/artifacts/ and the run
-# fails. The differential run uses LINAC_BUILD (default build) and copies
-# each defective mutant into $LINAC_BUILD/tests/fuzz/long/defects/.
+# specs, mutants of the examples, generated manifests and .npy files and
+# tests/fuzz/regressions/; a crashing input lands in
+# $LINAC_BUILD/tests/fuzz/artifacts/ and the run fails. The differential
+# run uses LINAC_BUILD (default build) and copies each defective mutant
+# into $LINAC_BUILD/tests/fuzz/long/defects/.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 regressions=$root/tests/fuzz/regressions
@@ -45,7 +46,9 @@ if [[ ! -d $work/seeds ]]; then
   staging=$work/seeds.tmp$$
   python3 "$root/tests/fuzz/make_seeds.py" --linac "$build/bin/linac" \
     --out "$staging" "$root"/examples/*.mlir "$root"/tests/cpu/specs/*.mlir \
-    "$root"/tests/gpu/specs/*.mlir || exit 1
+    "$root"/tests/gpu/specs/*.mlir &&
+    python3 "$root/tests/fuzz/mutate_specs.py" --count 200 --seed 1 \
+      --out "$staging/spec" "$root"/examples/*.mlir || exit 1
   # Another run may have just written them.
   mv -T "$staging" "$work/seeds" 2>/dev/null || rm -rf "$staging"
 fi
@@ -55,7 +58,8 @@ for fuzzer in "${fuzzers[@]}"; do
   options=()
   case $fuzzer in
     spec) seeds=("$root/examples" "$root"/tests/{dialect,compiler,examples,driver}
-                 "$root"/tests/{cpu,gpu}/specs "$regressions/differential")
+                 "$root"/tests/{cpu,gpu}/specs "$regressions/differential"
+                 "$work/seeds/spec")
           options=(-dict="$root/tests/fuzz/spec.dict") ;;
     manifest | npy) seeds=("$work/seeds/$fuzzer") ;;
     *) echo "run.sh: unknown fuzzer '$fuzzer'" >&2; exit 2 ;;

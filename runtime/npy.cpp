@@ -146,6 +146,10 @@ NpyArray readNpy(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw NpyError(path + ": cannot open");
+  return readNpy(in, path);
+}
+
+NpyArray readNpy(std::istream &in, const std::string &path) {
   char magic[kMagicSize + 2];
   if (!in.read(magic, sizeof(magic)) ||
       std::memcmp(magic, kMagic, kMagicSize) != 0)

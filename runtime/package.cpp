@@ -197,6 +197,22 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
   text << in.rdbuf();
   std::unique_ptr<Package> package(new Package());
   package->manifest_ = text.str();
+  readManifest(path, package.get());
+  try {
+    package->loadKernels(path);
+  } catch (const nlohmann::json::exception &e) {
+    throw packageError(path, std::string("corrupt manifest: ") + e.what());
+  }
+  return package;
+}
+
+void Package::checkManifest(const std::string &text) {
+  Package package;
+  package.manifest_ = text;
+  readManifest("manifest.json", &package);
+}
+
+void Package::readManifest(const std::string &path, Package *package) {
   try {
     nlohmann::json manifest = nlohmann::json::parse(package->manifest_);
     int64_t format = integerField(path, manifest, "format", "format", 0,
@@ -232,7 +248,8 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
                                    " is not key_major");
     package->maxDecodeTokens_ = integerField(
         path, decode, "max_tokens", "decode.max_tokens", 1, kMaxDecodeTokens);
-    const nlohmann::json &integrity = manifest.at("integrity");
+    if (!manifest.at("integrity").is_object())
+      throw packageError(path, "manifest.json: integrity is not an object");
     if (package->runsOnDevice()) {
       int64_t abiVersion =
           integerField(path, manifest, "cuda_abi_version", "cuda_abi_version",
@@ -299,8 +316,7 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
       package->decodeTensorMap_ = staging == "tensor";
       if (package->kernels_.empty())
         throw packageError(path, "manifest lists no kernels");
-      package->modules_ = std::make_unique<cuda::ModuleCache>(
-          verifiedBinary(path, package->manifest_, integrity, cubin));
+      package->kernelFile_ = cubin;
     } else {
       int64_t abiVersion =
           integerField(path, manifest, "cpu_abi_version", "cpu_abi_version", 0,
@@ -311,43 +327,49 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
                                      "; this runtime supports version " +
                                      std::to_string(LINAC_CPU_ABI_VERSION));
       const nlohmann::json &kernel = manifest.at("kernels").at(0);
-      std::string file = fileField(path, kernel, "kernels[0].file");
-      std::string entry = kernel.at("entry").get<std::string>();
-      std::string decodeEntry = decode.at("entry").get<std::string>();
-      // dlopen maps the file, and a file shorter than its headers say faults
-      // there: check the bytes first.
-      verifiedBinary(path, package->manifest_, integrity, file);
-      std::string library = path + "/" + file;
-      package->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (!package->library_)
-        throw packageError(path,
-                           std::string("cannot load kernel: ") + dlerror());
-      auto version = reinterpret_cast<linac_cpu_abi_version_fn>(
-          dlsym(package->library_, "linac_cpu_abi_version"));
-      if (!version || version() != LINAC_CPU_ABI_VERSION)
-        throw packageError(path,
-                           "kernel was built for another CPU ABI version");
-      // dlopen returns the library already loaded from the same path, which
-      // may be an earlier build of the package than the file just checked.
-      auto loaded = static_cast<const char *>(
-          dlsym(package->library_, LINAC_CONTRACT_SYMBOL));
-      if (!loaded || loaded != LINAC_CONTRACT_PREFIX +
-                                   integrity.at("contract").get<std::string>())
-        throw packageError(path, file + " as loaded does not carry the "
-                                        "manifest's integrity.contract (is an "
-                                        "earlier build of this package still "
-                                        "open in this process?)");
-      package->forward_ = dlsym(package->library_, entry.c_str());
-      if (!package->forward_)
-        throw packageError(path, "kernel has no entry '" + entry + "'");
-      package->decode_ = dlsym(package->library_, decodeEntry.c_str());
-      if (!package->decode_)
-        throw packageError(path, "kernel has no entry '" + decodeEntry + "'");
+      package->kernelFile_ = fileField(path, kernel, "kernels[0].file");
+      package->forwardEntry_ = kernel.at("entry").get<std::string>();
+      package->decodeEntry_ = decode.at("entry").get<std::string>();
     }
   } catch (const nlohmann::json::exception &e) {
     throw packageError(path, std::string("corrupt manifest: ") + e.what());
   }
-  return package;
+}
+
+void Package::loadKernels(const std::string &path) {
+  const nlohmann::json integrity =
+      nlohmann::json::parse(manifest_).at("integrity");
+  if (runsOnDevice()) {
+    modules_ = std::make_unique<cuda::ModuleCache>(
+        verifiedBinary(path, manifest_, integrity, kernelFile_));
+    return;
+  }
+  // dlopen maps the file, and a file shorter than its headers say faults
+  // there: check the bytes first.
+  verifiedBinary(path, manifest_, integrity, kernelFile_);
+  std::string library = path + "/" + kernelFile_;
+  library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!library_)
+    throw packageError(path, std::string("cannot load kernel: ") + dlerror());
+  auto version = reinterpret_cast<linac_cpu_abi_version_fn>(
+      dlsym(library_, "linac_cpu_abi_version"));
+  if (!version || version() != LINAC_CPU_ABI_VERSION)
+    throw packageError(path, "kernel was built for another CPU ABI version");
+  // dlopen returns the library already loaded from the same path, which
+  // may be an earlier build of the package than the file just checked.
+  auto loaded = static_cast<const char *>(dlsym(library_, LINAC_CONTRACT_SYMBOL));
+  if (!loaded || loaded != LINAC_CONTRACT_PREFIX +
+                               integrity.at("contract").get<std::string>())
+    throw packageError(path, kernelFile_ +
+                                 " as loaded does not carry the manifest's "
+                                 "integrity.contract (is an earlier build of "
+                                 "this package still open in this process?)");
+  forward_ = dlsym(library_, forwardEntry_.c_str());
+  if (!forward_)
+    throw packageError(path, "kernel has no entry '" + forwardEntry_ + "'");
+  decode_ = dlsym(library_, decodeEntry_.c_str());
+  if (!decode_)
+    throw packageError(path, "kernel has no entry '" + decodeEntry_ + "'");
 }
 
 Package::Package() = default;

@@ -79,6 +79,22 @@ static SmallVector<Operation *> stateChain(LayerOp layer) {
   }
 }
 
+/// Whether `value` is computed from `source`.
+static bool dependsOn(Value value, Value source) {
+  SmallVector<Value> worklist{value};
+  llvm::SmallPtrSet<Value, 16> visited;
+  while (!worklist.empty()) {
+    Value current = worklist.pop_back_val();
+    if (current == source)
+      return true;
+    if (!visited.insert(current).second)
+      continue;
+    if (Operation *def = current.getDefiningOp())
+      llvm::append_range(worklist, def->getOperands());
+  }
+  return false;
+}
+
 static NormalForm outside(NormalForm form, Operation *blocker,
                           std::string reason) {
   form.chunkable = false;
@@ -159,6 +175,18 @@ NormalForm linac::deriveNormalForm(LayerOp layer) {
                      "rule's normal form erases along the written key");
     form.eraseStrength = erase.getStrength();
   }
+
+  // The chunkwise kernels compute a token's operands from its inputs before
+  // any state exists; one taken from the read needs the scan.
+  SmallVector<Value> operands{form.key, form.value, form.eraseStrength,
+                              form.writeStrength};
+  llvm::append_range(operands, form.keyGates);
+  llvm::append_range(operands, form.valueGates);
+  for (Value operand : operands)
+    if (operand && dependsOn(operand, form.read.getOutput()))
+      return outside(form, operand.getDefiningOp(),
+                     "a transition's operand depends on the read; the normal "
+                     "form computes them from the token's inputs alone");
 
   form.erase = strengthKindOf(form.eraseStrength);
   form.write = strengthKindOf(form.writeStrength);

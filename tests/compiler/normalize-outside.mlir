@@ -140,3 +140,20 @@ linac.layer @fixed_from_params(%S : !state) inputs(%q : !key, %k : !key, %v : !v
   %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value
 }
+
+// -----
+
+// A written value computed from the read needs the state first.
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+// CHECK-LABEL: linac.layer @value_from_read
+// CHECK-SAME: chunkable = false
+// STRICT: error: outside the normal form: a transition's operand depends on the read
+linac.layer @value_from_read(%S : !state) inputs(%q : !key, %k : !key, %v : !value) {
+  %o = linac.read %S, %q : !state, !key -> !value
+  // expected-remark @+1 {{a transition's operand depends on the read; the normal form computes them from the token's inputs alone}}
+  %u = linac.l2norm %o : !value
+  %S1 = linac.write %S, %k, %u : !state, !key, !value
+  linac.yield %S1, %o : !state, !value
+}

@@ -207,6 +207,25 @@ TEST_F(RuntimeErrors, DecodeEntryOfTheManifest) {
   }
 }
 
+// A number of the manifest that must be an integer and is not, as the
+// manifest fuzzer found: converting 1e300 to an integer is undefined.
+TEST_F(RuntimeErrors, ManifestIntegersAreIntegers) {
+  std::string manifest = package->manifest();
+  std::string from = "\"key_dim\": 16";
+  size_t at = manifest.find(from);
+  ASSERT_NE(at, std::string::npos);
+  manifest.replace(at, from.size(), "\"key_dim\": 1e300");
+  try {
+    linac::Package::checkManifest(manifest);
+    ADD_FAILURE() << "accepted a key_dim of 1e300";
+  } catch (const linac::Error &e) {
+    EXPECT_EQ(e.kind, linac::Error::Kind::Package);
+    EXPECT_NE(std::string(e.what()).find("key_dim is 1e+300; expected an integer"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(RuntimeErrors, NotAPackage) {
   linac_package *handle = nullptr;
   EXPECT_EQ(linac_package_open(work.c_str(), &handle), LINAC_ERROR_PACKAGE);

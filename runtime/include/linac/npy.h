@@ -9,6 +9,7 @@
 #define LINAC_NPY_H
 
 #include <cstdint>
+#include <iosfwd>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,6 +46,8 @@ struct NpyError : std::runtime_error {
 };
 
 NpyArray readNpy(const std::string &path);
+/// Reads an array from `in`; `path` names it in errors.
+NpyArray readNpy(std::istream &in, const std::string &path);
 void writeNpy(const std::string &path, const NpyArray &array);
 /// A float32 array of `shape` holding `values`.
 NpyArray makeFloat32(std::vector<int64_t> shape, const std::vector<float> &values);

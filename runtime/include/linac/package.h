@@ -123,6 +123,9 @@ public:
   /// integrity (docs/runtime.md), then loads a CPU kernel or reads a CUDA
   /// package's cubin. Opening needs no CUDA driver.
   static std::unique_ptr<Package> open(const std::string &path);
+  /// Throws the Error open() throws for a package with this manifest,
+  /// reading none of the package's other files (for tests and fuzzing).
+  static void checkManifest(const std::string &text);
   ~Package();
 
   const std::string &layer() const { return layer_; }
@@ -170,6 +173,11 @@ private:
   };
 
   Package();
+  /// Fills `package` from its manifest_ text; `path` names it in errors.
+  static void readManifest(const std::string &path, Package *package);
+  /// Loads the kernel file the manifest names: dlopens a CPU kernel or
+  /// reads a cubin.
+  void loadKernels(const std::string &path);
   bool runsOnDevice() const { return target_ != "cpu"; }
   /// Refuses a call of the host forward pass on a CUDA package, or of the
   /// device one (`device`) on a cpu package.
@@ -185,6 +193,9 @@ private:
   bool normalizer_ = false;
   std::vector<ArgumentInfo> arguments_;
   std::vector<ArgumentInfo> inputs_, params_;
+  /// The manifest's kernel file (layer.so or the cubin) and, on the CPU,
+  /// its entry points.
+  std::string kernelFile_, forwardEntry_, decodeEntry_;
   void *library_ = nullptr;
   void *forward_ = nullptr;
   void *decode_ = nullptr;

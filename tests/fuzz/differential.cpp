@@ -47,8 +47,11 @@ namespace {
 
 constexpr double kTolerance = 1e-5;
 /// An ill-conditioned spec's tolerance: this many times the reference's
-/// change under a rounding of its arguments.
-constexpr double kRoundings = 10;
+/// change under one rounding of its arguments. The kernels round at every
+/// op of every token, and a recurrence carries those roundings on: over
+/// the 60 to 300 tokens here an l2norm of a read near zero was seen 12.4
+/// times past one rounding's change, on the exact scan.
+constexpr double kRoundings = 30;
 /// Beyond this tolerance a spec is too ill-conditioned to tell anything.
 constexpr double kMaxTolerance = 1e-2;
 /// Values beyond this the kernels' fp32 cannot be expected to hold.
@@ -56,7 +59,7 @@ constexpr double kFloatRange = 1e30;
 /// Seconds a compilation may take before it counts as a hang.
 constexpr const char *kCompileTimeout = "300";
 
-enum class Verdict { Rejected, Passed, Undefined, Known, Defect };
+enum class Verdict { Rejected, Passed, Undefined, Defect };
 
 struct Finding {
   Verdict verdict;
@@ -90,20 +93,25 @@ int spawn(const std::vector<std::string> &argv, const fs::path &errors) {
   return status;
 }
 
-/// True if the step reads a state after a transition has taken it: the
-/// generated step updates one state in place, so such a read sees a later
-/// one (the reproducers' read_order/, whose reads take the incoming state).
-bool readsConsumedState(const nlohmann::json &step) {
-  std::set<int64_t> consumed;
+/// True if a transition takes an operand computed from the read: a
+/// feedback loop, which carries every token's fp32 roundings into the next
+/// token's operands, so one rounding of the arguments does not measure the
+/// answer's sensitivity.
+bool feedsReadBack(const nlohmann::json &step) {
+  std::set<int64_t> fromRead;
   for (const nlohmann::json &op : step["ops"]) {
     std::string name = op["op"];
-    int64_t state =
-        op["operands"].empty() ? -1 : op["operands"][0].get<int64_t>();
-    if (name == "linac.read" && consumed.count(state))
-      return true;
+    const nlohmann::json &operands = op["operands"];
+    bool tainted = false;
+    for (size_t i = 0; i < operands.size(); ++i)
+      tainted |= fromRead.count(operands[i].get<int64_t>()) > 0;
     if (name == "linac.decay" || name == "linac.matrix_gate" ||
-        name == "linac.erase" || name == "linac.write")
-      consumed.insert(state);
+        name == "linac.erase" || name == "linac.write") {
+      if (tainted)
+        return true;
+    } else if (op.contains("result") && (name == "linac.read" || tainted)) {
+      fromRead.insert(op["result"].get<int64_t>());
+    }
   }
   return false;
 }
@@ -274,15 +282,10 @@ Finding check(const fs::path &spec, const fs::path &work) {
   if (code == 124)
     return {Verdict::Defect, "linac compile hangs"};
   // A verified spec whose generated source the host compiler refuses is
-  // the code generator's fault; for NaN and infinite constants a known one
-  // (the reproducers' nan_dense_constant).
-  if (code == 1 && diagnostics.find(" failed on ") != std::string::npos) {
-    bool nonFinite = diagnostics.find("nan.0f") != std::string::npos ||
-                     diagnostics.find("inf.0f") != std::string::npos;
-    return {nonFinite ? Verdict::Known : Verdict::Defect,
-            "the generated source does not compile: " +
-                diagnostics.substr(0, 400)};
-  }
+  // the code generator's fault.
+  if (code == 1 && diagnostics.find(" failed on ") != std::string::npos)
+    return {Verdict::Defect, "the generated source does not compile: " +
+                                 diagnostics.substr(0, 400)};
   if (code == 1 && diagnostics.find("error:") != std::string::npos)
     return {Verdict::Rejected, first};
   if (code != 0)
@@ -332,15 +335,16 @@ Finding check(const fs::path &spec, const fs::path &work) {
     }
     if (!forwardBad && !decodeBad)
       finding = {Verdict::Passed, shape};
-    else if (readsConsumedState(manifest["step"]))
-      finding = {Verdict::Known, "reads a state after a transition took it "
-                                 "(the reproducers' read_order/)"};
-    // The token-by-token step agrees with the reference where the chunkwise
-    // kernel gives NaN: a decay factor of zero (retnet_zero_decay.mlir).
-    else if (forwardBad && !decodeBad && !allFinite(forwardRun.output) &&
-             family != "recurrent")
-      finding = {Verdict::Known, "chunkwise NaN where decode is right "
-                                 "(retnet_zero_decay.mlir)"};
+    else if (feedsReadBack(manifest["step"]) &&
+             !mismatch(forwardRun,
+                       {std::vector<double>(decodeRun.output.begin(),
+                                            decodeRun.output.end()),
+                        std::vector<double>(decodeRun.state.begin(),
+                                            decodeRun.state.end())},
+                       kTolerance))
+      finding = {Verdict::Undefined,
+                 "the read feeds the transitions, and forward and decode "
+                 "agree: fp32 roundings compound through the recurrence"};
     else
       finding = {Verdict::Defect,
                  (forwardBad ? "forward " + *forwardBad + "; " : "") +
@@ -393,16 +397,15 @@ int main(int argc, char **argv) {
 
   std::atomic<size_t> next{0};
   std::mutex print;
-  size_t counts[5] = {};
+  size_t counts[4] = {};
   auto worker = [&] {
     for (size_t i; (i = next++) < specs.size();) {
       Finding finding = check(specs[i], work);
       std::lock_guard<std::mutex> lock(print);
       ++counts[int(finding.verdict)];
-      static const char *names[] = {"rejected", "passed", "undefined", "known",
+      static const char *names[] = {"rejected", "passed", "undefined",
                                     "DEFECT"};
-      if (verbose || finding.verdict == Verdict::Defect ||
-          finding.verdict == Verdict::Known) {
+      if (verbose || finding.verdict == Verdict::Defect) {
         std::string first = readFile(specs[i]);
         first = first.substr(0, first.find('\n'));
         std::printf("%-9s %s: %s\n          %s\n", names[int(finding.verdict)],
@@ -423,8 +426,7 @@ int main(int argc, char **argv) {
   for (std::thread &t : threads)
     t.join();
   std::printf("%zu specs: %zu rejected with a diagnostic, %zu passed, %zu "
-              "without a defined answer, %zu known issues, %zu defects\n",
-              specs.size(), counts[0], counts[1], counts[2], counts[3],
-              counts[4]);
+              "without a defined answer, %zu defects\n",
+              specs.size(), counts[0], counts[1], counts[2], counts[3]);
   return counts[int(Verdict::Defect)] ? 1 : 0;
 }

@@ -9,6 +9,7 @@
 
 #include "linac/Compiler/Codegen.h"
 #include "linac/Compiler/Passes.h"
+#include "linac/Compiler/SpecSource.h"
 #include "linac/Linac.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -17,6 +18,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstddef>
@@ -26,44 +28,6 @@
 using namespace mlir;
 
 namespace {
-
-/// Brackets open at once beyond which the parser may run out of stack.
-constexpr int kMaxNesting = 200;
-
-/// Inputs that reach bugs already reported and being fixed, so that the
-/// fuzzer looks for new ones. Each goes when its fix lands.
-bool knownIssue(llvm::StringRef text) {
-  // Nesting deep enough to overflow the stack in MLIR's recursive-descent
-  // parser (the reproducers' nested_modules_10000 and
-  // nested_dense_brackets_20000).
-  int depth = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    bool arrow = c == '>' && i && text[i - 1] == '-';
-    depth += c == '(' || c == '[' || c == '{' || c == '<';
-    depth -= (c == ')' || c == ']' || c == '}' || c == '>') && !arrow;
-    if (depth > kMaxNesting)
-      return true;
-  }
-  return false;
-}
-
-/// A constant that is neither a float nor a float splat (an integer, an
-/// index, a dense value of several elements) reaches a bad cast in
-/// FloatAttr::getValueAsDouble (the reproducers' dense_nonsplat_constant,
-/// unused_i32_constant, math_ctlz_i32, arith_addi_index).
-bool knownIssue(ModuleOp module) {
-  WalkResult walk = module.walk([](arith::ConstantOp constant) {
-    auto value = constant.getValue();
-    if (auto splat = dyn_cast<SplatElementsAttr>(value);
-        splat && isa<FloatType>(splat.getElementType()))
-      return WalkResult::advance();
-    if (isa<FloatAttr>(value))
-      return WalkResult::advance();
-    return WalkResult::interrupt();
-  });
-  return walk.wasInterrupted();
-}
 
 DialectRegistry &registry() {
   static DialectRegistry *registry = [] {
@@ -100,15 +64,17 @@ void compile(ModuleOp parsed, llvm::StringRef target) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // The lexer reads up to a terminating NUL, as files read for it have.
   std::string text(reinterpret_cast<const char *>(data), size);
-  if (knownIssue(text))
-    return -1;
   MLIRContext context(registry(), MLIRContext::Threading::DISABLED);
   context.printOpOnDiagnostic(false);
   // Diagnostics are the expected outcome for most inputs; drop them.
   ScopedDiagnosticHandler quiet(&context,
                                 [](Diagnostic &) { return success(); });
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
-  if (!module || knownIssue(*module))
+  // Through the tools' own front end, which bounds the nesting first.
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBuffer(text, "spec"),
+                               llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = linac::parseSpec(sourceMgr, &context);
+  if (!module)
     return 0;
   for (llvm::StringRef target : {"cpu", "sm_90a"})
     compile(*module, target);

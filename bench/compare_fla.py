@@ -8,8 +8,9 @@ does, run FLA's chunk op (forward only, no grad), compare outputs and final
 states (relative error ||ours - fla|| / ||fla||, flagged above 2e-2), then
 time both (CUDA events, warm-up, median of --runs, L2 flushed before each
 run) on fresh inputs at the same shape. The copy and bf16 GEMM ceilings are
-measured in the same run, and each case is set against the floor of
-../shared/PERF.md. Prints one JSON line per case, then a table.
+measured in the same run, and each case is set against its floor, the
+larger of its minimum bytes at the copy ceiling and its FLOPs at the GEMM
+ceiling (bench::floorMilliseconds). Prints one JSON line per case, then a table.
 
 Timing: ours is one call on the raw inputs (gates, l2norm, sigmoid are in
 the kernels). FLA's is its chunk op on the inputs prepared for it; the gate

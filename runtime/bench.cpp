@@ -226,18 +226,12 @@ struct RandomArguments {
   RandomArguments(const Package &package, Shape shape, DType dtype) {
     std::mt19937 rng(std::random_device{}());
     int64_t k = package.keyDim(), v = package.valueDim();
-    for (const ArgumentInfo &arg : package.arguments()) {
-      if (arg.role == "runtime")
-        continue;
-      std::vector<int64_t> features =
-          arg.kind == "key"      ? std::vector<int64_t>{k}
-          : arg.kind == "value"  ? std::vector<int64_t>{v}
-          : arg.kind == "matrix" ? std::vector<int64_t>{k, v}
-                                 : std::vector<int64_t>{};
+    for (const manifest::Argument &arg : package.info().arguments) {
+      std::vector<int64_t> features = manifest::trailingDims(arg.kind, k, v);
       int64_t size = 1;
       for (int64_t f : features)
         size *= f;
-      bool param = arg.role == "param";
+      bool param = arg.role == manifest::Role::Param;
       std::vector<int64_t> dims =
           param ? std::vector<int64_t>{shape.heads}
                 : std::vector<int64_t>{shape.batch, shape.tokens, shape.heads};
@@ -256,17 +250,18 @@ struct RandomArguments {
 };
 
 /// The manifest's first kernel for `dtype` in `kernels`.
-std::string entryFor(const nlohmann::json &kernels, DType dtype) {
-  for (const nlohmann::json &kernel : kernels)
-    if (kernel.value("dtype", "") == dtypeName(dtype))
-      return kernel["entry"];
+std::string entryFor(const std::vector<manifest::Kernel> &kernels,
+                     DType dtype) {
+  for (const manifest::Kernel &kernel : kernels)
+    if (kernel.dtype == dtype)
+      return kernel.entry;
   return "";
 }
 
 } // namespace
 
 Result forward(const Package &package, Shape shape, DType dtype, int reps) {
-  nlohmann::json manifest = nlohmann::json::parse(package.manifest());
+  const manifest::Manifest &info = package.info();
   int64_t k = package.keyDim(), v = package.valueDim();
   RandomArguments arguments(package, shape, dtype);
   DeviceForwardRequest request;
@@ -277,14 +272,15 @@ Result forward(const Package &package, Shape shape, DType dtype, int reps) {
   request.output = output.data();
 
   Result result;
-  result.kernel = entryFor(manifest["kernels"], dtype);
+  result.kernel = entryFor(info.kernels, dtype);
   Timing timing = timeRuns(reps, [&] { package.forwardDevice(request); });
   result.milliseconds = timing.milliseconds;
   result.hostMicroseconds = timing.hostMicroseconds;
   check(cudaGetLastError(), "the forward pass");
   double tokenHeads = double(shape.batch * shape.tokens) * shape.heads;
-  double c = manifest["plan"].value("chunk_size", 64);
-  bool erase = manifest["normal_form"].value("erase", "none") != "none";
+  // A recurrent layer's floor counts the chunkwise FLOPs it could take.
+  double c = double(info.plan.chunkSize.value_or(64));
+  bool erase = info.normalForm.erase != manifest::Strength::None;
   double perTokenHead = erase ? 6 * k * v + 4 * c * (k + v) + 2.0 / 3.0 * c * c
                               : 4 * k * v + 2 * c * (k + v);
   result.bytes = arguments.bytesPerTokenHead * tokenHeads;
@@ -293,7 +289,6 @@ Result forward(const Package &package, Shape shape, DType dtype, int reps) {
 }
 
 Result decode(const Package &package, Shape shape, DType dtype, int reps) {
-  nlohmann::json manifest = nlohmann::json::parse(package.manifest());
   RandomArguments arguments(package, shape, dtype);
   // One slot per sequence, in reverse order so that no sequence reads the
   // slot of its own index.
@@ -318,7 +313,7 @@ Result decode(const Package &package, Shape shape, DType dtype, int reps) {
   request.output = output.data();
 
   Result result;
-  result.kernel = entryFor(manifest["decode"]["kernels"], dtype);
+  result.kernel = entryFor(package.info().decode.kernels, dtype);
   Timing timing = timeRuns(reps, [&] { package.decodeDevice(request); });
   result.milliseconds = timing.milliseconds;
   result.hostMicroseconds = timing.hostMicroseconds;

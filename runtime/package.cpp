@@ -9,8 +9,6 @@
 #include "linac/cpu/abi.h"
 #include "linac/cuda/abi.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,12 +21,6 @@
 
 namespace linac {
 
-static constexpr int kManifestFormat = 2;
-/// Key and value dimensions beyond any layer's, small enough that sizes
-/// derived from them stay far from overflow.
-static constexpr int64_t kMaxDim = 1 << 20;
-/// New tokens per decode call beyond any speculative decode's.
-static constexpr int64_t kMaxDecodeTokens = 1 << 16;
 /// The grid is (heads, sequences); CUDA caps its y dimension.
 static constexpr int64_t kMaxCudaSequences = 65535;
 
@@ -46,31 +38,14 @@ static std::string shapeString(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-static bool isCudaTarget(const std::string &target) {
-  return target == "sm_90a" || target == "sm_80";
-}
 
 const char *dtypeName(DType dtype) {
-  switch (dtype) {
-  case DType::Float32:
-    return "float32";
-  case DType::BFloat16:
-    return "bfloat16";
-  case DType::Float16:
-    return "float16";
-  }
-  return nullptr;
+  std::string_view name = manifest::nameOf(dtype);
+  return name.empty() ? nullptr : name.data();
 }
 
 static size_t sizeOf(DType dtype) {
   return dtype == DType::Float32 ? sizeof(float) : sizeof(uint16_t);
-}
-
-static std::optional<DType> parseDType(const std::string &name) {
-  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16})
-    if (name == dtypeName(dtype))
-      return dtype;
-  return std::nullopt;
 }
 
 static std::string readFile(const std::string &path, const std::string &file) {
@@ -82,65 +57,6 @@ static std::string readFile(const std::string &path, const std::string &file) {
   return bytes;
 }
 
-/// `object.at(key)`, which the manifest calls `field`, as an integer in
-/// [min, max] (min >= 0).
-static int64_t integerField(const std::string &path,
-                            const nlohmann::json &object, const char *key,
-                            const std::string &field, int64_t min,
-                            int64_t max) {
-  const nlohmann::json &value = object.at(key);
-  // Non-negative JSON integers parse as unsigned: compare them as such.
-  if (value.is_number_unsigned() && value.get<uint64_t>() <= uint64_t(max) &&
-      value.get<int64_t>() >= min)
-    return value.get<int64_t>();
-  throw packageError(path, "manifest.json: " + field + " is " + value.dump() +
-                               "; expected an integer from " +
-                               std::to_string(min) + " to " +
-                               std::to_string(max));
-}
-
-/// A kernel file's name, which must name a file inside the package.
-static std::string fileField(const std::string &path,
-                             const nlohmann::json &kernel,
-                             const std::string &field) {
-  std::string file = kernel.at("file").get<std::string>();
-  if (file.empty() || file == "." || file == ".." ||
-      file.find('/') != std::string::npos)
-    throw packageError(path, "manifest.json: " + field + " '" + file +
-                                 "' is not a file of the package");
-  return file;
-}
-
-/// The manifest's arguments, each with a known role and, for inputs and
-/// parameters, a known kind, and no name twice.
-static std::vector<ArgumentInfo> argumentsOf(const std::string &path,
-                                             const nlohmann::json &list) {
-  std::vector<ArgumentInfo> arguments;
-  for (const nlohmann::json &arg : list) {
-    ArgumentInfo info{
-        arg.at("name").get<std::string>(), arg.at("role").get<std::string>(),
-        arg.at("kind").get<std::string>(), arg.at("shape").get<std::string>()};
-    std::string field = "arguments[" + std::to_string(arguments.size()) + "]";
-    if (info.name.empty())
-      throw packageError(path, "manifest.json: " + field + " has no name");
-    for (const ArgumentInfo &other : arguments)
-      if (other.name == info.name)
-        throw packageError(path, "manifest.json: " + field + " '" + info.name +
-                                     "' appears twice");
-    if (info.role != "input" && info.role != "param" && info.role != "runtime")
-      throw packageError(path, "manifest.json: " + field + " '" + info.name +
-                                   "' has role '" + info.role +
-                                   "'; expected input, param or runtime");
-    if (info.role != "runtime" && info.kind != "key" && info.kind != "value" &&
-        info.kind != "scalar" && info.kind != "matrix")
-      throw packageError(path, "manifest.json: " + field + " '" + info.name +
-                                   "' has kind '" + info.kind +
-                                   "'; expected key, value, scalar or matrix");
-    arguments.push_back(std::move(info));
-  }
-  return arguments;
-}
-
 /// The checks that tie a package's binary to its manifest
 /// (docs/runtime.md): the manifest's fields hash to its integrity.contract,
 /// the file has the size and SHA-256 that integrity.files records, and it
@@ -148,43 +64,39 @@ static std::vector<ArgumentInfo> argumentsOf(const std::string &path,
 /// is loaded is what was checked.
 static std::string verifiedBinary(const std::string &path,
                                   const std::string &manifestText,
-                                  const nlohmann::json &integrity,
+                                  const manifest::Integrity &integrity,
                                   const std::string &file) {
-  std::string contract = integrity.at("contract").get<std::string>();
   std::string fieldsHash = contractHash(manifestText);
-  if (fieldsHash != contract)
+  if (fieldsHash != integrity.contract)
     throw packageError(path, "manifest.json does not match its "
                              "integrity.contract " +
-                                 contract + " (its fields hash to " +
+                                 integrity.contract + " (its fields hash to " +
                                  fieldsHash +
                                  "): it was edited after compilation");
-  const nlohmann::json &files = integrity.at("files");
-  if (!files.contains(file))
+  auto record = integrity.files.find(file);
+  if (record == integrity.files.end())
     throw packageError(path, "manifest.json: integrity.files has no entry "
                              "for '" +
                                  file + "'");
-  const nlohmann::json &record = files.at(file);
-  int64_t size =
-      integerField(path, record, "bytes", "integrity.files." + file + ".bytes",
-                   0, std::numeric_limits<int64_t>::max());
   std::string bytes = readFile(path, file);
-  if (int64_t(bytes.size()) != size)
+  if (int64_t(bytes.size()) != record->second.bytes)
     throw packageError(path, file + " has " + std::to_string(bytes.size()) +
                                  " bytes, but integrity.files." + file +
                                  ".bytes in manifest.json records " +
-                                 std::to_string(size) +
+                                 std::to_string(record->second.bytes) +
                                  " (truncated or replaced)");
-  std::string sha256 = record.at("sha256").get<std::string>();
-  if (sha256Hex(bytes) != sha256)
+  if (sha256Hex(bytes) != record->second.sha256)
     throw packageError(path, file + " has SHA-256 " + sha256Hex(bytes) +
                                  ", but integrity.files." + file +
-                                 ".sha256 in manifest.json records " + sha256 +
+                                 ".sha256 in manifest.json records " +
+                                 record->second.sha256 +
                                  " (changed or replaced)");
-  if (bytes.find(LINAC_CONTRACT_PREFIX + contract) == std::string::npos)
+  if (bytes.find(LINAC_CONTRACT_PREFIX + integrity.contract) ==
+      std::string::npos)
     throw packageError(path, file +
                                  " does not carry the manifest's "
                                  "integrity.contract " +
-                                 contract +
+                                 integrity.contract +
                                  ": it was built for another package");
   return bytes;
 }
@@ -198,11 +110,7 @@ std::unique_ptr<Package> Package::open(const std::string &path) {
   std::unique_ptr<Package> package(new Package());
   package->manifest_ = text.str();
   readManifest(path, package.get());
-  try {
-    package->loadKernels(path);
-  } catch (const nlohmann::json::exception &e) {
-    throw packageError(path, std::string("corrupt manifest: ") + e.what());
-  }
+  package->loadKernels(path);
   return package;
 }
 
@@ -214,131 +122,66 @@ void Package::checkManifest(const std::string &text) {
 
 void Package::readManifest(const std::string &path, Package *package) {
   try {
-    nlohmann::json manifest = nlohmann::json::parse(package->manifest_);
-    int64_t format = integerField(path, manifest, "format", "format", 0,
-                                  std::numeric_limits<int>::max());
-    if (format != kManifestFormat)
-      throw packageError(path, "manifest format " + std::to_string(format) +
-                                   " is not the supported format " +
-                                   std::to_string(kManifestFormat));
-    package->target_ = manifest.at("target").get<std::string>();
-    if (package->target_ != "cpu" && !isCudaTarget(package->target_))
-      throw packageError(path, "package is for target '" + package->target_ +
-                                   "'; this runtime runs cpu, sm_90a and "
-                                   "sm_80 packages");
-    package->layer_ = manifest.at("layer").get<std::string>();
-    package->keyDim_ =
-        integerField(path, manifest, "key_dim", "key_dim", 1, kMaxDim);
-    package->valueDim_ =
-        integerField(path, manifest, "value_dim", "value_dim", 1, kMaxDim);
-    package->normalizer_ =
-        manifest.at("normal_form").value("normalizer", false);
-    package->arguments_ = argumentsOf(path, manifest.at("arguments"));
-    for (const ArgumentInfo &info : package->arguments_)
-      if (info.role == "input")
-        package->inputs_.push_back(info);
-      else if (info.role == "param")
-        package->params_.push_back(info);
-    if (package->inputs_.empty())
-      throw packageError(path, "manifest.json: the layer has no inputs");
-    const nlohmann::json &decode = manifest.at("decode");
-    if (decode.at("state_layout").get<std::string>() != "key_major")
-      throw packageError(path, "decode state layout " +
-                                   decode.at("state_layout").dump() +
-                                   " is not key_major");
-    package->maxDecodeTokens_ = integerField(
-        path, decode, "max_tokens", "decode.max_tokens", 1, kMaxDecodeTokens);
-    if (!manifest.at("integrity").is_object())
-      throw packageError(path, "manifest.json: integrity is not an object");
-    if (package->runsOnDevice()) {
-      int64_t abiVersion =
-          integerField(path, manifest, "cuda_abi_version", "cuda_abi_version",
-                       0, std::numeric_limits<int>::max());
-      if (abiVersion != LINAC_CUDA_ABI_VERSION)
-        throw packageError(path, "kernels were built for CUDA ABI version " +
-                                     std::to_string(abiVersion) +
-                                     "; this runtime supports version " +
-                                     std::to_string(LINAC_CUDA_ABI_VERSION));
-      if (package->inputs_.size() > LINAC_CUDA_MAX_ARGUMENTS ||
-          package->params_.size() > LINAC_CUDA_MAX_ARGUMENTS)
-        throw packageError(path, "layer has more than " +
-                                     std::to_string(LINAC_CUDA_MAX_ARGUMENTS) +
-                                     " inputs or parameters");
-      std::string cubin;
-      auto kernelsOf = [&](const nlohmann::json &list,
-                           const std::string &listField) {
-        std::vector<CudaKernel> kernels;
-        for (const nlohmann::json &kernel : list) {
-          std::string field =
-              listField + "[" + std::to_string(kernels.size()) + "]";
-          std::string entry = kernel.at("entry").get<std::string>();
-          std::string file = fileField(path, kernel, field + ".file");
-          std::optional<DType> dtype =
-              parseDType(kernel.at("dtype").get<std::string>());
-          if (!dtype)
-            throw packageError(path, "kernel '" + entry + "' has dtype " +
-                                         kernel.at("dtype").dump() +
-                                         "; expected float32, bfloat16 or "
-                                         "float16");
-          const nlohmann::json &threads = kernel.at("block_threads");
-          const nlohmann::json &shared = kernel.at("shared_memory");
-          // CUDA's limits: 1 to 1024 threads a block, and shared memory
-          // sizes the driver takes as int.
-          if (!threads.is_number_unsigned() || !shared.is_number_unsigned() ||
-              threads.get<uint64_t>() < 1 || threads.get<uint64_t>() > 1024 ||
-              shared.get<uint64_t>() > INT32_MAX)
-            throw packageError(path, "kernel '" + entry +
-                                         "' has an impossible launch shape");
-          if (cubin.empty())
-            cubin = file;
-          else if (file != cubin)
-            throw packageError(path, "kernel '" + entry + "' is in '" + file +
-                                         "', not in the package's cubin '" +
-                                         cubin + "'");
-          kernels.push_back({entry, *dtype, unsigned(threads.get<uint64_t>()),
-                             unsigned(shared.get<uint64_t>())});
-        }
-        return kernels;
-      };
-      package->kernels_ = kernelsOf(manifest.at("kernels"), "kernels");
-      package->decodeKernels_ =
-          kernelsOf(decode.at("kernels"), "decode.kernels");
-      package->decodeParts_ =
-          integerField(path, decode, "parts", "decode.parts", 0, kMaxDim);
-      if (package->decodeParts_ < 1 ||
-          package->valueDim_ % package->decodeParts_ != 0)
-        throw packageError(path, "decode parts " +
-                                     std::to_string(package->decodeParts_) +
-                                     " do not divide the value columns");
-      std::string staging = decode.at("staging").get<std::string>();
-      if (staging != "direct" && staging != "bulk" && staging != "tensor")
-        throw packageError(path, "unknown decode staging '" + staging + "'");
-      package->decodeTensorMap_ = staging == "tensor";
-      if (package->kernels_.empty())
-        throw packageError(path, "manifest lists no kernels");
-      package->kernelFile_ = cubin;
-    } else {
-      int64_t abiVersion =
-          integerField(path, manifest, "cpu_abi_version", "cpu_abi_version", 0,
-                       std::numeric_limits<int>::max());
-      if (abiVersion != LINAC_CPU_ABI_VERSION)
-        throw packageError(path, "kernel was built for CPU ABI version " +
-                                     std::to_string(abiVersion) +
-                                     "; this runtime supports version " +
-                                     std::to_string(LINAC_CPU_ABI_VERSION));
-      const nlohmann::json &kernel = manifest.at("kernels").at(0);
-      package->kernelFile_ = fileField(path, kernel, "kernels[0].file");
-      package->forwardEntry_ = kernel.at("entry").get<std::string>();
-      package->decodeEntry_ = decode.at("entry").get<std::string>();
-    }
-  } catch (const nlohmann::json::exception &e) {
-    throw packageError(path, std::string("corrupt manifest: ") + e.what());
+    package->info_ = manifest::read(package->manifest_);
+  } catch (const manifest::SchemaError &e) {
+    throw packageError(path, std::string("manifest.json: ") + e.what());
   }
+  const manifest::Manifest &info = package->info_;
+  bool device = info.target != manifest::Target::Cpu;
+  int abiVersion = device ? LINAC_CUDA_ABI_VERSION : LINAC_CPU_ABI_VERSION;
+  if (info.abiVersion != abiVersion)
+    throw packageError(path, std::string("kernels were built for ") +
+                                 (device ? "CUDA" : "CPU") + " ABI version " +
+                                 std::to_string(info.abiVersion) +
+                                 "; this runtime supports version " +
+                                 std::to_string(abiVersion));
+  package->target_ = std::string(manifest::nameOf(info.target));
+  package->layer_ = info.layer;
+  package->keyDim_ = info.keyDim;
+  package->valueDim_ = info.valueDim;
+  package->normalizer_ = info.normalForm.normalizer;
+  for (const manifest::Argument &arg : info.arguments) {
+    (arg.role == manifest::Role::Input ? package->inputs_ : package->params_)
+        .push_back(arg);
+    package->arguments_.push_back({arg.name,
+                                   std::string(manifest::nameOf(arg.role)),
+                                   std::string(manifest::nameOf(arg.kind)),
+                                   manifest::shapeText(arg.role, arg.kind)});
+  }
+  for (const manifest::RuntimeArgument &arg :
+       manifest::runtimeArguments(info.normalForm.normalizer))
+    package->arguments_.push_back(
+        {arg.name, "runtime", std::string(manifest::nameOf(arg.kind)),
+         arg.shape});
+  package->maxDecodeTokens_ = info.decode.maxTokens;
+  package->kernelFile_ = info.kernels.front().file;
+  if (!device) {
+    package->forwardEntry_ = info.kernels.front().entry;
+    package->decodeEntry_ = info.decode.kernels.front().entry;
+    return;
+  }
+  if (package->inputs_.size() > LINAC_CUDA_MAX_ARGUMENTS ||
+      package->params_.size() > LINAC_CUDA_MAX_ARGUMENTS)
+    throw packageError(path, "layer has more than " +
+                                 std::to_string(LINAC_CUDA_MAX_ARGUMENTS) +
+                                 " inputs or parameters");
+  auto kernelsOf = [](const std::vector<manifest::Kernel> &list) {
+    std::vector<CudaKernel> kernels;
+    for (const manifest::Kernel &kernel : list)
+      kernels.push_back({kernel.entry, kernel.dtype,
+                         unsigned(kernel.blockThreads.value()),
+                         unsigned(kernel.sharedMemory.value())});
+    return kernels;
+  };
+  package->kernels_ = kernelsOf(info.kernels);
+  package->decodeKernels_ = kernelsOf(info.decode.kernels);
+  package->decodeParts_ = info.decode.parts.value();
+  package->decodeTensorMap_ =
+      info.decode.staging == manifest::DecodeStaging::Tensor;
 }
 
 void Package::loadKernels(const std::string &path) {
-  const nlohmann::json integrity =
-      nlohmann::json::parse(manifest_).at("integrity");
+  const manifest::Integrity &integrity = *info_.integrity;
   if (runsOnDevice()) {
     modules_ = std::make_unique<cuda::ModuleCache>(
         verifiedBinary(path, manifest_, integrity, kernelFile_));
@@ -358,8 +201,7 @@ void Package::loadKernels(const std::string &path) {
   // dlopen returns the library already loaded from the same path, which
   // may be an earlier build of the package than the file just checked.
   auto loaded = static_cast<const char *>(dlsym(library_, LINAC_CONTRACT_SYMBOL));
-  if (!loaded || loaded != LINAC_CONTRACT_PREFIX +
-                               integrity.at("contract").get<std::string>())
+  if (!loaded || loaded != LINAC_CONTRACT_PREFIX + integrity.contract)
     throw packageError(path, kernelFile_ +
                                  " as loaded does not carry the manifest's "
                                  "integrity.contract (is an earlier build of "
@@ -409,18 +251,6 @@ Package::kernelFor(DType dtype, const std::vector<CudaKernel> &kernels) const {
                       " kernel; it has " + names);
 }
 
-/// Elements per token (inputs) or per head (parameters) of a kind.
-static std::vector<int64_t> trailingDims(const std::string &kind, int64_t k,
-                                         int64_t v) {
-  if (kind == "key")
-    return {k};
-  if (kind == "value")
-    return {v};
-  if (kind == "matrix")
-    return {k, v};
-  return {};
-}
-
 /// The read's scale: the request's, or K^-1/2 for 0.
 static float scaleOrDefault(float scale, int64_t keyDim) {
   return scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(keyDim));
@@ -435,8 +265,8 @@ shapesOf(const std::map<std::string, Tensor> &tensors) {
   return shapes;
 }
 
-static std::string describe(const ArgumentInfo &arg) {
-  return arg.role + " '" + arg.name + "'";
+static std::string describe(const manifest::Argument &arg) {
+  return std::string(manifest::nameOf(arg.role)) + " '" + arg.name + "'";
 }
 
 /// Throws unless a float tensor of `dims` fits in memory: its size in bytes
@@ -472,24 +302,27 @@ Package::checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
       throw argumentError("'" + name + "' is not an argument of layer @" +
                           layer_);
   }
-  auto shapeOf = [&](const ArgumentInfo &arg) -> const std::vector<int64_t> & {
+  auto shapeOf =
+      [&](const manifest::Argument &arg) -> const std::vector<int64_t> & {
     auto it = shapes.find(arg.name);
     if (it == shapes.end())
-      throw argumentError("missing " + arg.role + " '" + arg.name +
-                          "', shape " + arg.shape);
+      throw argumentError("missing " + describe(arg) + ", shape " +
+                          manifest::shapeText(arg.role, arg.kind));
     return it->second;
   };
-  auto fail = [&](const ArgumentInfo &arg, const std::vector<int64_t> &t,
-                  const std::string &why) {
+  auto fail = [&](const manifest::Argument &arg,
+                  const std::vector<int64_t> &t, const std::string &why) {
     return argumentError(describe(arg) + " has shape " + shapeString(t) +
-                         ", expected " + arg.shape + ": " + why);
+                         ", expected " +
+                         manifest::shapeText(arg.role, arg.kind) + ": " + why);
   };
 
   bool first = true;
   std::vector<int64_t> heads;
-  for (const ArgumentInfo &arg : inputs_) {
+  for (const manifest::Argument &arg : inputs_) {
     const std::vector<int64_t> &t = shapeOf(arg);
-    std::vector<int64_t> trailing = trailingDims(arg.kind, keyDim_, valueDim_);
+    std::vector<int64_t> trailing =
+        manifest::trailingDims(arg.kind, keyDim_, valueDim_);
     if (t.size() != 3 + trailing.size())
       throw fail(arg, t, "wrong rank");
     if (!std::equal(trailing.begin(), trailing.end(), t.begin() + 3))
@@ -508,9 +341,10 @@ Package::checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
     heads.push_back(t[2]);
     shape.heads = std::max(shape.heads, t[2]);
   }
-  for (const ArgumentInfo &arg : params_) {
+  for (const manifest::Argument &arg : params_) {
     const std::vector<int64_t> &t = shapeOf(arg);
-    std::vector<int64_t> trailing = trailingDims(arg.kind, keyDim_, valueDim_);
+    std::vector<int64_t> trailing =
+        manifest::trailingDims(arg.kind, keyDim_, valueDim_);
     if (t.size() != 1 + trailing.size() ||
         !std::equal(trailing.begin(), trailing.end(), t.begin() + 1) ||
         t[0] <= 0)
@@ -524,8 +358,8 @@ Package::checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
                           std::to_string(h));
   if (shape.batch < 0 || shape.tokens < 0)
     throw argumentError("negative batch or time");
-  for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
-    for (const ArgumentInfo &arg : *args)
+  for (const std::vector<manifest::Argument> *args : {&inputs_, &params_})
+    for (const manifest::Argument &arg : *args)
       checkAddressable(shapeOf(arg), describe(arg));
   checkAddressable({shape.batch, shape.tokens, shape.heads, valueDim_},
                    "the output");
@@ -558,8 +392,8 @@ Package::checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
 ForwardShape Package::check(const ForwardRequest &request) const {
   ForwardShape shape =
       checkShapes(shapesOf(request.tensors), request.cuSeqlens, request.scale);
-  for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
-    for (const ArgumentInfo &arg : *args)
+  for (const std::vector<manifest::Argument> *args : {&inputs_, &params_})
+    for (const manifest::Argument &arg : *args)
       checkPointer(request.tensors.at(arg.name).data, sizeof(float),
                    describe(arg));
   return shape;
@@ -597,14 +431,14 @@ struct HostArguments {
   std::vector<int64_t> inputHeads, paramHeads;
 
   HostArguments(const std::map<std::string, HostTensor> &tensors,
-                const std::vector<ArgumentInfo> &inputInfos,
-                const std::vector<ArgumentInfo> &paramInfos) {
-    for (const ArgumentInfo &arg : inputInfos) {
+                const std::vector<manifest::Argument> &inputInfos,
+                const std::vector<manifest::Argument> &paramInfos) {
+    for (const manifest::Argument &arg : inputInfos) {
       const HostTensor &t = tensors.at(arg.name);
       inputs.push_back(t.data);
       inputHeads.push_back(t.shape[2]);
     }
-    for (const ArgumentInfo &arg : paramInfos) {
+    for (const manifest::Argument &arg : paramInfos) {
       const HostTensor &t = tensors.at(arg.name);
       params.push_back(t.data);
       paramHeads.push_back(t.shape[0]);
@@ -693,8 +527,8 @@ void Package::decode(const DecodeRequest &request) const {
   ForwardShape shape = checkDecode(shapesOf(request.tensors), request.poolShape,
                                    request.stateIndices.size(), request.scale);
   checkPool(request.poolShape[0], request.stateIndices);
-  for (const std::vector<ArgumentInfo> *args : {&inputs_, &params_})
-    for (const ArgumentInfo &arg : *args)
+  for (const std::vector<manifest::Argument> *args : {&inputs_, &params_})
+    for (const manifest::Argument &arg : *args)
       checkPointer(request.tensors.at(arg.name).data, sizeof(float),
                    describe(arg));
   checkPointer(request.statePool, sizeof(float), "state pool");
@@ -779,9 +613,9 @@ void Package::deviceArguments(const std::map<std::string, DeviceTensor> &tensors
 
 void Package::checkDevicePointers(
     const std::map<std::string, DeviceTensor> &tensors, DType dtype) const {
-  for (const ArgumentInfo &arg : inputs_)
+  for (const manifest::Argument &arg : inputs_)
     checkPointer(tensors.at(arg.name).data, sizeOf(dtype), describe(arg));
-  for (const ArgumentInfo &arg : params_)
+  for (const manifest::Argument &arg : params_)
     checkPointer(tensors.at(arg.name).data, sizeof(float), describe(arg));
 }
 

@@ -26,5 +26,6 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 config.environment["LINAC_CACHE_DIR"] = os.path.join(config.test_exec_root, "kernel-cache")
 
 tool_dirs = [config.linac_tools_dir, config.llvm_tools_dir]
-tools = [ToolSubst("linac-opt", unresolved="fatal"), ToolSubst("linac", unresolved="fatal")]
+tools = [ToolSubst("linac-opt", unresolved="fatal"), ToolSubst("linac-run", unresolved="fatal"),
+         ToolSubst("linac", unresolved="fatal")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

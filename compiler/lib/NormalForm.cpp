@@ -8,30 +8,21 @@
 using namespace mlir;
 using namespace linac;
 
-StringRef linac::stringifyKeyDecay(KeyDecayKind kind) {
-  switch (kind) {
-  case KeyDecayKind::None:
-    return "none";
-  case KeyDecayKind::Fixed:
-    return "fixed";
-  case KeyDecayKind::Scalar:
-    return "scalar";
-  case KeyDecayKind::Vector:
-    return "vector";
-  }
-  llvm_unreachable("unknown key decay");
-}
-
-StringRef linac::stringifyStrength(StrengthKind kind) {
-  switch (kind) {
-  case StrengthKind::None:
-    return "none";
-  case StrengthKind::Scalar:
-    return "scalar";
-  case StrengthKind::Vector:
-    return "vector";
-  }
-  llvm_unreachable("unknown strength");
+manifest::NormalForm NormalForm::summary() const {
+  manifest::NormalForm summary;
+  summary.chunkable = chunkable;
+  summary.keyDecay = keyDecay;
+  summary.valueDecay = valueDecay;
+  summary.erase = erase;
+  // A write without a strength is plain; no write at all is none.
+  summary.write = write == Strength::Scalar   ? manifest::Write::Scalar
+                  : write == Strength::Vector ? manifest::Write::Vector
+                  : key                       ? manifest::Write::Plain
+                                              : manifest::Write::None;
+  summary.read =
+      readBefore ? manifest::ReadOrder::Before : manifest::ReadOrder::After;
+  summary.normalizer = normalizer;
+  return summary;
 }
 
 int64_t linac::elementsOf(Type type) {
@@ -56,11 +47,11 @@ bool linac::isPerHead(LayerOp layer, Value value) {
   return true;
 }
 
-static StrengthKind strengthKindOf(Value strength) {
+static Strength strengthKindOf(Value strength) {
   if (!strength)
-    return StrengthKind::None;
-  return strength.getType().isF32() ? StrengthKind::Scalar
-                                    : StrengthKind::Vector;
+    return Strength::None;
+  return strength.getType().isF32() ? Strength::Scalar
+                                    : Strength::Vector;
 }
 
 /// The transitions from the incoming state to the yield, in order.
@@ -192,15 +183,15 @@ NormalForm linac::deriveNormalForm(LayerOp layer) {
   form.write = strengthKindOf(form.writeStrength);
   form.valueDecay = !form.valueGates.empty();
   if (form.keyGates.empty()) {
-    form.keyDecay = KeyDecayKind::None;
+    form.keyDecay = KeyDecay::None;
   } else if (llvm::any_of(form.keyGates,
                           [](Value g) { return !g.getType().isF32(); })) {
-    form.keyDecay = KeyDecayKind::Vector;
+    form.keyDecay = KeyDecay::Vector;
   } else {
     form.keyDecay = llvm::all_of(form.keyGates,
                                  [&](Value g) { return isPerHead(layer, g); })
-                        ? KeyDecayKind::Fixed
-                        : KeyDecayKind::Scalar;
+                        ? KeyDecay::Fixed
+                        : KeyDecay::Scalar;
   }
   return form;
 }

@@ -1,11 +1,11 @@
 //===- Passes.cpp - the normalize and plan passes -------------------------===//
 
 #include "linac/Compiler/Passes.h"
+#include "linac/Compiler/LayerAttributes.h"
 #include "linac/Compiler/NormalForm.h"
 #include "linac/Compiler/ValueRange.h"
 #include "linac/cuda/abi.h"
 
-#include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
@@ -80,26 +80,7 @@ struct NormalizePass : public linac::impl::LinacNormalizeBase<NormalizePass> {
                                  "runs as a recurrent scan: ")
             << form.reason;
       }
-      // A write without a strength is "plain"; no write at all is "none".
-      StringRef writeKind = form.write == StrengthKind::None && form.key
-                                ? "plain"
-                                : stringifyStrength(form.write);
-      Builder b(layer.getContext());
-      layer->setAttr(
-          kNormalFormAttr,
-          b.getDictionaryAttr({
-              b.getNamedAttr("chunkable", b.getBoolAttr(form.chunkable)),
-              b.getNamedAttr("key_decay",
-                             b.getStringAttr(stringifyKeyDecay(form.keyDecay))),
-              b.getNamedAttr("value_decay", b.getBoolAttr(form.valueDecay)),
-              b.getNamedAttr("erase",
-                             b.getStringAttr(stringifyStrength(form.erase))),
-              b.getNamedAttr("write", b.getStringAttr(writeKind)),
-              b.getNamedAttr("read", b.getStringAttr(form.readBefore
-                                                         ? "before"
-                                                         : "after")),
-              b.getNamedAttr("normalizer", b.getBoolAttr(form.normalizer)),
-          }));
+      setNormalForm(layer, form.summary());
     });
   }
 };
@@ -108,7 +89,7 @@ struct NormalizePass : public linac::impl::LinacNormalizeBase<NormalizePass> {
 /// (C + 4) each), free from a chunk's epilogue to the next chunk's products.
 int64_t productBytes(const NormalForm &form, int64_t chunkSize) {
   return 4 * chunkSize * (chunkSize + 4) *
-         (form.erase != StrengthKind::None ? 2 : 1);
+         (form.erase != Strength::None ? 2 : 1);
 }
 
 /// Bytes of the chunkwise kernel's bf16 state copy (K x (U + 8)).
@@ -130,8 +111,8 @@ int64_t lateRowBytes(LayerOp layer, const NormalForm &form,
                      int64_t chunkSize) {
   StateType state = layer.getStateType();
   return productBytes(form, chunkSize) +
-         (form.erase != StrengthKind::None ? deltaBytes(state, chunkSize) : 0) +
-         (form.keyDecay != KeyDecayKind::None ? stateCopyBytes(state) : 0);
+         (form.erase != Strength::None ? deltaBytes(state, chunkSize) : 0) +
+         (form.keyDecay != KeyDecay::None ? stateCopyBytes(state) : 0);
 }
 
 /// Bytes of the per-head parameters the chunkwise kernel keeps in shared
@@ -153,12 +134,12 @@ int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
   int64_t c = chunkSize;
   int64_t u = state.getValueDim() + (state.getNormalized() ? 8 : 0);
   int64_t ks = state.getKeyDim() + 8, us = u + 4;
-  bool erase = form.erase != StrengthKind::None;
+  bool erase = form.erase != Strength::None;
   return 2 * c * ks * (erase ? 3 : 2) + stateCopyBytes(state) +
          deltaBytes(state, c) + 4 * c * us + productBytes(form, c) +
          4 * c *
-             (form.keyDecay == KeyDecayKind::Vector ? ks
-              : form.keyDecay == KeyDecayKind::None ? 1
+             (form.keyDecay == KeyDecay::Vector ? ks
+              : form.keyDecay == KeyDecay::None ? 1
                                                     : 2) +
          (state.getNormalized() ? 4 * (state.getKeyDim() + c) : 0) +
          (erase ? 4 * c * 20 : 0) + paramBytes(layer);
@@ -269,8 +250,8 @@ int64_t keySideTranscendentals(LayerOp layer) {
 }
 
 /// The most dynamic shared memory one block may have.
-int64_t sharedMemoryLimit(StringRef target) {
-  return target == "sm_90a" ? 227 * 1024 : 163 * 1024;
+int64_t sharedMemoryLimit(manifest::Target target) {
+  return target == manifest::Target::Sm90a ? 227 * 1024 : 163 * 1024;
 }
 
 constexpr int64_t kDecodeBlockWarps = LINAC_CUDA_DECODE_BLOCK_WARPS;
@@ -278,7 +259,7 @@ constexpr int64_t kDecodeBlockWarps = LINAC_CUDA_DECODE_BLOCK_WARPS;
 /// How decode splits and stages its items (decodeKernel in
 /// templates/linac/cuda/decode.h).
 struct DecodeStagingPlan {
-  StringRef staging = "direct";
+  manifest::DecodeStaging staging = manifest::DecodeStaging::Direct;
   int64_t parts = 1, itemWarps = 0, stages = 0, sharedBytes = 0;
 };
 
@@ -294,7 +275,7 @@ struct DecodeStagingPlan {
 /// groups hiding each other's steps) beat halves by 1 to 4 (E22, E24).
 /// Other states take whole-state items by bulk copies where their blocks of
 /// rows are whole 16-byte runs, else load directly.
-DecodeStagingPlan planDecodeStaging(LayerOp layer, StringRef target,
+DecodeStagingPlan planDecodeStaging(LayerOp layer, manifest::Target target,
                                     int64_t decodeWarps, int64_t decodeParts) {
   constexpr int64_t kReductionBytes = 1024;
   constexpr int64_t kSwizzleAlignment = LINAC_CUDA_DECODE_STAGE_ALIGNMENT;
@@ -304,8 +285,9 @@ DecodeStagingPlan planDecodeStaging(LayerOp layer, StringRef target,
   auto groupsOf = [](int64_t itemWarps) {
     return kDecodeBlockWarps / itemWarps;
   };
-  if (target != "sm_90a")
-    return {"direct", 1, decodeWarps, 0, 0};
+  using manifest::DecodeStaging;
+  if (target != manifest::Target::Sm90a)
+    return {DecodeStaging::Direct, 1, decodeWarps, 0, 0};
   if (decodeParts > 1 && takesValueStrips(layer) &&
       state.getValueDim() % decodeParts == 0 &&
       decodeWarps % decodeParts == 0 &&
@@ -319,31 +301,156 @@ DecodeStagingPlan planDecodeStaging(LayerOp layer, StringRef target,
         std::min(kMaxGroupStages, (room - kSwizzleAlignment) /
                                       (stageBytes * groupsOf(itemWarps)));
     if (stages > 0)
-      return {"tensor", decodeParts, itemWarps, stages,
+      return {DecodeStaging::Tensor, decodeParts, itemWarps, stages,
               stages * stageBytes + kSwizzleAlignment};
   }
   DecodeBlocks blocks(state, decodeWarps, 1);
   if (!blocks.blocksAreRuns())
-    return {"direct", 1, decodeWarps, 0, 0};
+    return {DecodeStaging::Direct, 1, decodeWarps, 0, 0};
   int64_t stageBytes = blocks.bulkStageBytes();
   int64_t stages =
       groupsOf(decodeWarps) *
       std::min(kMaxGroupStages, room / (stageBytes * groupsOf(decodeWarps)));
   if (stages == 0)
-    return {"direct", 1, decodeWarps, 0, 0};
-  return {"bulk", 1, decodeWarps, stages, stages * stageBytes};
+    return {DecodeStaging::Direct, 1, decodeWarps, 0, 0};
+  return {DecodeStaging::Bulk, 1, decodeWarps, stages, stages * stageBytes};
+}
+
+/// The plan of a normalised layer for `target`.
+manifest::Plan planLayer(LayerOp layer, manifest::Target target,
+                         int64_t decodeWarps, int64_t decodeParts) {
+  using manifest::DecodeKeyRows, manifest::DecodePlacement, manifest::Family,
+      manifest::GateNumerics, manifest::Plan, manifest::StateLayout,
+      manifest::Target;
+  NormalForm form = deriveNormalForm(layer);
+  bool gpu = target != Target::Cpu;
+  StateType state = layer.getStateType();
+  int64_t valueDim = state.getValueDim();
+  Plan plan;
+  plan.target = target;
+  // Decode reads and writes each head's state once per step, in blocks of
+  // whole rows or in strips of every row, so the pool keeps the forward
+  // pass's key-major layout.
+  plan.decodeStateLayout = StateLayout::KeyMajor;
+  if (gpu) {
+    DecodeStagingPlan staging =
+        planDecodeStaging(layer, target, decodeWarps, decodeParts);
+    DecodeBlocks blocks(state, staging.itemWarps, staging.parts);
+    // A decode thread has 128 registers (512 threads a multiprocessor);
+    // with about 24 for addresses, indices and temporaries, a step whose
+    // vector arguments would not fit beside the state loads and computes
+    // each value just before its first use instead (measured on an H200:
+    // GDN-2, 120 floats, 1.16x faster at B256 and 92 bytes of spills down
+    // to 28; KDA, 104, and Gated DeltaNet, 88, 2% to 12% slower, their
+    // loads' latency exposed).
+    constexpr int64_t kDecodeRegisterFloats = 128 - 24;
+    plan.decodePlacement =
+        upFrontDecodeFloats(layer, blocks) > kDecodeRegisterFloats
+            ? DecodePlacement::FirstUse
+            : DecodePlacement::BodyOrder;
+    plan.decodeStaging = staging.staging;
+    // Both lanes of a column pair hold the same key rows. Where the key
+    // side takes two or more transcendentals a row, each computes it for
+    // half of them and the pair trades halves by shuffles before the state
+    // ops (measured on an H200, bench/NOTES.md E31: GDN-2, two, 88.7% to
+    // 90.3% of the copy ceiling at B256; KDA, one, and Gated DeltaNet,
+    // none, 0.4 to 0.8 points slower).
+    plan.decodeKeyRows = keySideTranscendentals(layer) >= 2
+                             ? DecodeKeyRows::Split
+                             : DecodeKeyRows::Whole;
+    plan.decodeWarps = staging.itemWarps;
+    plan.decodeParts = staging.parts;
+    plan.decodeBlockThreads = kDecodeBlockWarps * 32;
+    plan.decodeStages = staging.stages;
+    plan.decodeSharedMemory = staging.sharedBytes;
+    // The scan: one program per (sequence, head), thread j holding column j
+    // (and one more for the normaliser).
+    plan.scanBlockThreads = (valueDim + form.normalizer + 31) / 32 * 32;
+  }
+  // Why a chunkable body still runs as a scan on GPUs: the chunkwise kernel
+  // keeps a head's whole state in one block's registers and takes gate
+  // factors on the key side only.
+  constexpr int64_t kChunkSize = 64;
+  std::string scanReason;
+  int64_t sharedBytes = 0;
+  // A factor above 1 would overflow the chunkwise kernels' cumulative
+  // decays; the scan applies each token's factor alone.
+  if (form.chunkable && form.mayGrow)
+    scanReason = "a decay marked may_grow";
+  else if (gpu && form.chunkable) {
+    sharedBytes = chunkSharedBytes(layer, form, kChunkSize);
+    if (form.valueDecay)
+      scanReason = "value-side decay";
+    else if (state.getKeyDim() % 16 || valueDim % 16 ||
+             state.getKeyDim() > 128 || valueDim > 128)
+      scanReason = "dimensions not multiples of 16 up to 128";
+    else if (sharedBytes > sharedMemoryLimit(target))
+      scanReason = llvm::formatv(
+          "the chunk's {0} bytes exceed {1}'s {2} of shared memory",
+          sharedBytes, manifest::nameOf(target).data(), sharedMemoryLimit(target));
+  }
+  if (!form.chunkable || !scanReason.empty()) {
+    plan.family = Family::Recurrent;
+    if (!scanReason.empty())
+      plan.recurrentReason = scanReason;
+    plan.blockThreads = plan.scanBlockThreads;
+    return plan;
+  }
+  plan.family = form.erase == Strength::None ? Family::Chunkwise
+                                             : Family::DeltaChunkwise;
+  plan.chunkSize = kChunkSize;
+  if (gpu) {
+    // A chunk's inputs go to shared memory by asynchronous copies while the
+    // previous chunk computes, as far as the working set leaves room.
+    SmallVector<int64_t> shared = sharedInputs(
+        layer, kChunkSize, sharedMemoryLimit(target), sharedBytes);
+    plan.sharedInputs = std::vector<int64_t>(shared.begin(), shared.end());
+    // Of the others, those that fit go into P and A's memory (and with a
+    // gate the state copy's), copied during the previous chunk's epilogue.
+    int64_t lateBytes = 0;
+    SmallVector<int64_t> late =
+        sharedInputs(layer, kChunkSize, lateRowBytes(layer, form, kChunkSize),
+                     lateBytes, shared);
+    plan.lateSharedInputs = std::vector<int64_t>(late.begin(), late.end());
+  }
+  // A scalar log-gate difference is safe to exponentiate on the whole tile;
+  // per-channel gates need per-pair differences (the CPU) or sub-chunks with
+  // a local reference point (GPUs).
+  bool vectorGate = form.keyDecay == KeyDecay::Vector || form.valueDecay;
+  plan.gateNumerics = !vectorGate && form.keyDecay == KeyDecay::None
+                          ? GateNumerics::None
+                      : !vectorGate ? GateNumerics::ScalarTile
+                      : gpu         ? GateNumerics::Subchunk
+                                    : GateNumerics::Pairwise;
+  if (plan.gateNumerics == GateNumerics::Subchunk)
+    plan.subchunkSize = 16;
+  if (gpu) {
+    // One program per (sequence, head): sixteen warps, the state in their
+    // registers.
+    plan.blockThreads = 512;
+    plan.sharedMemory = sharedBytes;
+    // The kernel's operands are bf16 whatever the activations, so fp16
+    // inputs lose 3 mantissa bits the reference keeps; a normaliser's
+    // division amplifies that past the 16-bit tolerance where n^T q is a
+    // small sum of large terms (bench/rounding_model.py --dtype float16).
+    // Such layers take the exact scan for fp16.
+    plan.chunkwiseFloat16 = !form.normalizer;
+  }
+  return plan;
 }
 
 struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
   using LinacPlanBase::LinacPlanBase;
 
   void runOnOperation() override {
-    bool gpu = target == "sm_90a" || target == "sm_80";
-    if (!gpu && target != "cpu") {
+    std::optional<manifest::Target> parsed = manifest::parse<manifest::Target>(
+        std::string(target.getValue()));
+    if (!parsed) {
       getOperation().emitError()
           << "unknown target '" << target << "'; expected cpu, sm_90a or sm_80";
       return signalPassFailure();
     }
+    bool gpu = *parsed != manifest::Target::Cpu;
     if (gpu && decodeWarps != 8 && decodeWarps != 16) {
       getOperation().emitError()
           << "decode-warps must be 8 or 16, got " << decodeWarps.getValue();
@@ -355,138 +462,9 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       return signalPassFailure();
     }
     getOperation().walk([&](LayerOp layer) {
-      if (!layer->hasAttr(kNormalFormAttr)) {
-        layer.emitError("has no normal form; run -linac-normalize first");
+      if (failed(getNormalForm(layer)))
         return signalPassFailure();
-      }
-      NormalForm form = deriveNormalForm(layer);
-      Builder b(layer.getContext());
-      SmallVector<NamedAttribute> plan{
-          b.getNamedAttr("target", b.getStringAttr(target))};
-      auto add = [&](StringRef name, Attribute value) {
-        plan.push_back(b.getNamedAttr(name, value));
-      };
-      StateType state = layer.getStateType();
-      int64_t valueDim = state.getValueDim();
-      // Decode reads and writes each head's state once per step, in blocks
-      // of whole rows or in strips of every row, so the pool keeps the
-      // forward pass's key-major layout.
-      add("decode_state_layout", b.getStringAttr("key_major"));
-      if (gpu) {
-        DecodeStagingPlan staging =
-            planDecodeStaging(layer, target, decodeWarps, decodeParts);
-        DecodeBlocks blocks(state, staging.itemWarps, staging.parts);
-        // A decode thread has 128 registers (512 threads a multiprocessor);
-        // with about 24 for addresses, indices and temporaries, a step
-        // whose vector arguments would not fit beside the state loads and
-        // computes each value just before its first use instead (measured
-        // on an H200: GDN-2, 120 floats, 1.16x faster at B256 and 92 bytes
-        // of spills down to 28; KDA, 104, and Gated DeltaNet, 88, 2% to 12%
-        // slower, their loads' latency exposed).
-        constexpr int64_t kDecodeRegisterFloats = 128 - 24;
-        bool firstUse =
-            upFrontDecodeFloats(layer, blocks) > kDecodeRegisterFloats;
-        add("decode_placement",
-            b.getStringAttr(firstUse ? "first_use" : "body_order"));
-        add("decode_staging", b.getStringAttr(staging.staging));
-        // Both lanes of a column pair hold the same key rows. Where the key
-        // side takes two or more transcendentals a row, each computes it for
-        // half of them and the pair trades halves by shuffles before the
-        // state ops (measured on an H200, bench/NOTES.md E31: GDN-2, two,
-        // 88.7% to 90.3% of the copy ceiling at B256; KDA, one, and Gated
-        // DeltaNet, none, 0.4 to 0.8 points slower).
-        add("decode_key_rows",
-            b.getStringAttr(keySideTranscendentals(layer) >= 2 ? "split"
-                                                               : "whole"));
-        add("decode_warps", b.getI64IntegerAttr(staging.itemWarps));
-        add("decode_parts", b.getI64IntegerAttr(staging.parts));
-        add("decode_block_threads",
-            b.getI64IntegerAttr(kDecodeBlockWarps * 32));
-        add("decode_stages", b.getI64IntegerAttr(staging.stages));
-        add("decode_shared_memory", b.getI64IntegerAttr(staging.sharedBytes));
-      }
-      // Why a chunkable body still runs as a scan on GPUs: the chunkwise
-      // kernel keeps a head's whole state in one block's registers and
-      // takes gate factors on the key side only.
-      constexpr int64_t kChunkSize = 64;
-      std::string scanReason;
-      int64_t sharedBytes = 0;
-      // A factor above 1 would overflow the chunkwise kernels' cumulative
-      // decays; the scan applies each token's factor alone.
-      if (form.chunkable && form.mayGrow)
-        scanReason = "a decay marked may_grow";
-      else if (gpu && form.chunkable) {
-        sharedBytes = chunkSharedBytes(layer, form, kChunkSize);
-        if (form.valueDecay)
-          scanReason = "value-side decay";
-        else if (state.getKeyDim() % 16 || valueDim % 16 ||
-                 state.getKeyDim() > 128 || valueDim > 128)
-          scanReason = "dimensions not multiples of 16 up to 128";
-        else if (sharedBytes > sharedMemoryLimit(target))
-          scanReason = llvm::formatv("the chunk's {0} bytes exceed {1}'s {2} "
-                                     "of shared memory",
-                                     sharedBytes, target,
-                                     sharedMemoryLimit(target));
-      }
-      if (!form.chunkable || !scanReason.empty()) {
-        add("family", b.getStringAttr("recurrent"));
-        if (!scanReason.empty())
-          add("recurrent_reason", b.getStringAttr(scanReason));
-        // One program per (sequence, head), thread j holding column j (and
-        // one more for the normaliser).
-        if (gpu)
-          add("block_threads",
-              b.getI64IntegerAttr((valueDim + form.normalizer + 31) / 32 * 32));
-        add("grid", b.getStringAttr("heads,sequences"));
-        layer->setAttr(kPlanAttr, b.getDictionaryAttr(plan));
-        return;
-      }
-      add("family", b.getStringAttr(form.erase == StrengthKind::None
-                                        ? "chunkwise"
-                                        : "delta_chunkwise"));
-      add("chunk_size", b.getI64IntegerAttr(kChunkSize));
-      if (gpu) {
-        // A chunk's inputs go to shared memory by asynchronous copies while
-        // the previous chunk computes, as far as the working set leaves room.
-        SmallVector<int64_t> shared = sharedInputs(
-            layer, kChunkSize, sharedMemoryLimit(target), sharedBytes);
-        add("shared_inputs", b.getDenseI64ArrayAttr(shared));
-        // Of the others, those that fit go into P and A's memory (and with
-        // a gate the state copy's), copied during the previous chunk's
-        // epilogue.
-        int64_t lateBytes = 0;
-        add("late_shared_inputs",
-            b.getDenseI64ArrayAttr(sharedInputs(
-                layer, kChunkSize, lateRowBytes(layer, form, kChunkSize),
-                lateBytes, shared)));
-      }
-      // A scalar log-gate difference is safe to exponentiate on the whole
-      // tile; per-channel gates need per-pair differences (the CPU) or
-      // sub-chunks with a local reference point (GPUs).
-      bool vectorGate =
-          form.keyDecay == KeyDecayKind::Vector || form.valueDecay;
-      StringRef numerics = !vectorGate && form.keyDecay == KeyDecayKind::None
-                               ? "none"
-                           : !vectorGate ? "scalar_tile"
-                           : gpu         ? "subchunk"
-                                         : "pairwise";
-      add("gate_numerics", b.getStringAttr(numerics));
-      if (numerics == "subchunk")
-        add("subchunk_size", b.getI64IntegerAttr(16));
-      // One program per (sequence, head): sixteen warps, the state in their
-      // registers.
-      if (gpu) {
-        add("block_threads", b.getI64IntegerAttr(512));
-        add("shared_memory", b.getI64IntegerAttr(sharedBytes));
-        // The kernel's operands are bf16 whatever the activations, so fp16
-        // inputs lose 3 mantissa bits the reference keeps; a normaliser's
-        // division amplifies that past the 16-bit tolerance where n^T q is
-        // a small sum of large terms (bench/rounding_model.py --dtype
-        // float16). Such layers take the exact scan for fp16.
-        add("chunkwise_float16", b.getBoolAttr(!form.normalizer));
-      }
-      add("grid", b.getStringAttr("heads,sequences"));
-      layer->setAttr(kPlanAttr, b.getDictionaryAttr(plan));
+      setPlan(layer, planLayer(layer, *parsed, decodeWarps, decodeParts));
     });
   }
 };

@@ -5,40 +5,44 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <nlohmann/json.hpp>
+
 using namespace mlir;
 using namespace linac;
-namespace json = llvm::json;
+using nlohmann::json;
 
-json::Object linac::emitStepProgram(LayerOp layer) {
+std::string linac::emitStepProgram(LayerOp layer) {
   llvm::DenseMap<Value, int64_t> ids;
-  json::Array values;
+  json values = json::array();
   auto define = [&](Value value) {
     ids[value] = values.size();
-    values.push_back(json::Object{{"kind", kindOf(value.getType())}});
+    values.push_back({{"kind", manifest::nameOf(kindOf(value.getType()))}});
   };
-  auto idOf = [&](Value value) -> int64_t { return value ? ids.lookup(value) : -1; };
+  auto idOf = [&](Value value) -> int64_t {
+    return value ? ids.lookup(value) : -1;
+  };
   auto namedArguments = [&](Block::BlockArgListType args) {
-    json::Array list;
+    json list = json::array();
     for (BlockArgument arg : args)
-      list.push_back(json::Object{
-          {"name", layer.getArgumentName(arg)}, {"value", idOf(arg)}});
+      list.push_back(
+          {{"name", layer.getArgumentName(arg).str()}, {"value", idOf(arg)}});
     return list;
   };
 
   for (BlockArgument arg : layer.getBody().getArguments())
     define(arg);
 
-  json::Array ops;
+  json ops = json::array();
   for (Operation &op : layer.getBody().front()) {
     if (isa<YieldOp>(op))
       continue;
-    json::Array operands;
-    json::Object attrs;
+    json operands = json::array();
+    json attrs = json::object();
     if (auto decay = dyn_cast<DecayOp>(op)) {
-      operands = json::Array{idOf(decay.getState()), idOf(decay.getKeyGate()),
+      operands = {idOf(decay.getState()), idOf(decay.getKeyGate()),
                   idOf(decay.getValueGate())};
     } else if (auto write = dyn_cast<WriteOp>(op)) {
-      operands = json::Array{idOf(write.getState()), idOf(write.getKey()),
+      operands = {idOf(write.getState()), idOf(write.getKey()),
                   idOf(write.getValue()), idOf(write.getStrength())};
     } else {
       for (Value operand : op.getOperands())
@@ -56,9 +60,9 @@ json::Object linac::emitStepProgram(LayerOp layer) {
           splat ? splat.getSplatValue<APFloat>().convertToDouble()
                 : cast<FloatAttr>(constant.getValue()).getValueAsDouble();
     }
-    json::Object entry{{"op", op.getName().getStringRef()},
-                       {"operands", std::move(operands)},
-                       {"attrs", std::move(attrs)}};
+    json entry = {{"op", op.getName().getStringRef().str()},
+                  {"operands", std::move(operands)},
+                  {"attrs", std::move(attrs)}};
     if (op.getNumResults() == 1) {
       define(op.getResult(0));
       entry["result"] = idOf(op.getResult(0));
@@ -68,7 +72,7 @@ json::Object linac::emitStepProgram(LayerOp layer) {
 
   auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
   StateType state = layer.getStateType();
-  return json::Object{
+  json program = {
       {"key_dim", state.getKeyDim()},
       {"value_dim", state.getValueDim()},
       {"normalized", state.getNormalized()},
@@ -77,7 +81,8 @@ json::Object linac::emitStepProgram(LayerOp layer) {
       {"inputs", namedArguments(layer.getInputs())},
       {"params", namedArguments(layer.getParams())},
       {"ops", std::move(ops)},
-      {"yield", json::Object{{"state", idOf(yield.getState())},
-                             {"output", idOf(yield.getOutput())}}},
+      {"yield",
+       {{"state", idOf(yield.getState())}, {"output", idOf(yield.getOutput())}}},
   };
+  return program.dump();
 }

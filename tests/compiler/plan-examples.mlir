@@ -17,49 +17,49 @@
 // RUN: linac-opt %examples/two_sided.mlir -linac-normalize -linac-plan 2>&1 | FileCheck %s --check-prefix=TWOSIDED
 
 // DELTANET: linac.layer @deltanet
-// DELTANET-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "none", grid = "heads,sequences", target = "cpu"}
+// DELTANET-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "none", target = "cpu"}
 
 // FULLMATRIXGATE: linac.layer @full_matrix_gate
-// FULLMATRIXGATE-SAME: linac.plan = {decode_state_layout = "key_major", family = "recurrent", grid = "heads,sequences", target = "cpu"}
+// FULLMATRIXGATE-SAME: linac.plan = {decode_state_layout = "key_major", family = "recurrent", target = "cpu"}
 
 // GATEDDELTANET: linac.layer @gated_deltanet
-// GATEDDELTANET-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "scalar_tile", grid = "heads,sequences", target = "cpu"}
+// GATEDDELTANET-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "scalar_tile", target = "cpu"}
 
 // GATEDRFA: linac.layer @gated_rfa
-// GATEDRFA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", grid = "heads,sequences", target = "cpu"}
+// GATEDRFA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", target = "cpu"}
 
 // GATELOOP: linac.layer @gateloop
-// GATELOOP-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", grid = "heads,sequences", target = "cpu"}
+// GATELOOP-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}
 
 // GDN2: linac.layer @gdn2
-// GDN2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "pairwise", grid = "heads,sequences", target = "cpu"}
+// GDN2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "pairwise", target = "cpu"}
 
 // GLA: linac.layer @gla
-// GLA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", grid = "heads,sequences", target = "cpu"}
+// GLA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}
 
 // HGRN2: linac.layer @hgrn2
-// HGRN2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", grid = "heads,sequences", target = "cpu"}
+// HGRN2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}
 
 // KDA: linac.layer @kda
-// KDA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "pairwise", grid = "heads,sequences", target = "cpu"}
+// KDA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "pairwise", target = "cpu"}
 
 // LINEARATTENTION: linac.layer @linear_attention
-// LINEARATTENTION-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "none", grid = "heads,sequences", target = "cpu"}
+// LINEARATTENTION-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "none", target = "cpu"}
 
 // LOWRANKTWOSIDED: linac.layer @low_rank_two_sided
-// LOWRANKTWOSIDED-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", grid = "heads,sequences", target = "cpu"}
+// LOWRANKTWOSIDED-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}
 
 // MAMBA2: linac.layer @mamba2
-// MAMBA2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", grid = "heads,sequences", target = "cpu"}
+// MAMBA2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", target = "cpu"}
 
 // MLSTM: linac.layer @mlstm
-// MLSTM-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", grid = "heads,sequences", target = "cpu"}
+// MLSTM-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", target = "cpu"}
 
 // RETNET: linac.layer @retnet
-// RETNET-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", grid = "heads,sequences", target = "cpu"}
+// RETNET-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", target = "cpu"}
 
 // RWKV6: linac.layer @rwkv6
-// RWKV6-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", grid = "heads,sequences", target = "cpu"}
+// RWKV6-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}
 
 // TWOSIDED: linac.layer @two_sided
-// TWOSIDED-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", grid = "heads,sequences", target = "cpu"}
+// TWOSIDED-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}

@@ -12,7 +12,7 @@
 // each (32 value columns make strips of 2 columns a warp, too narrow).
 // WARPS8: linac.layer @vector_gate
 // WARPS8-SAME: decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 52224 : i64, decode_stages = 6 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 8 : i64
-// NONORMAL: error: has no normal form; run -linac-normalize first
+// NONORMAL: error: has no linac.normal_form; run -linac-normalize first
 
 !key = tensor<64xf32, #linac.key>
 !value = tensor<32xf32, #linac.value>
@@ -22,7 +22,7 @@
 // inputs are staged in shared memory a chunk ahead; the scalar %b, not 16
 // bytes a token, stays in registers.
 // SM90: linac.layer @vector_gate
-// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_size = 64 : i64, chunkwise_float16 = true, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", grid = "heads,sequences", late_shared_inputs = array<i64>, shared_inputs = array<i64: 0, 1, 2, 3>, shared_memory = 134144 : i64, subchunk_size = 16 : i64, target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_size = 64 : i64, chunkwise_float16 = true, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", late_shared_inputs = array<i64>, scan_block_threads = 32 : i64, shared_inputs = array<i64: 0, 1, 2, 3>, shared_memory = 134144 : i64, subchunk_size = 16 : i64, target = "sm_90a"}
 // SM80: linac.layer @vector_gate
 // SM80-SAME: target = "sm_80"
 linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : !key, %b : f32) {
@@ -36,7 +36,7 @@ linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, 
 }
 
 // SM90: linac.layer @matrix
-// SM90-SAME: linac.plan = {block_threads = 32 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", grid = "heads,sequences", target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 32 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", scan_block_threads = 32 : i64, target = "sm_90a"}
 linac.layer @matrix(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %G : tensor<64x32xf32, #linac.matrix>) {
   %G_zero = arith.constant dense<0.0> : tensor<64x32xf32, #linac.matrix>
   %G_le0 = arith.minimumf %G, %G_zero : tensor<64x32xf32, #linac.matrix>
@@ -49,7 +49,7 @@ linac.layer @matrix(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %G : 
 // A value-side decay, or dimensions the tensor-core kernel does not tile,
 // run as the recurrent scan on GPUs (the CPU stays chunkwise).
 // SM90: linac.layer @value_decay
-// SM90-SAME: linac.plan = {block_threads = 32 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", grid = "heads,sequences", recurrent_reason = "value-side decay", target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 32 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", recurrent_reason = "value-side decay", scan_block_threads = 32 : i64, target = "sm_90a"}
 linac.layer @value_decay(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %h : !value) {
   %h_zero = arith.constant dense<0.0> : !value
   %h_le0 = arith.minimumf %h, %h_zero : !value
@@ -60,7 +60,7 @@ linac.layer @value_decay(%S : !state) inputs(%q : !key, %k : !key, %v : !value, 
 }
 
 // SM90: linac.layer @odd_dims
-// SM90-SAME: linac.plan = {block_threads = 64 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 16896 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", grid = "heads,sequences", recurrent_reason = "dimensions not multiples of 16 up to 128", target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 64 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 16896 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", recurrent_reason = "dimensions not multiples of 16 up to 128", scan_block_threads = 64 : i64, target = "sm_90a"}
 linac.layer @odd_dims(%S : !linac.state<24x40>) inputs(%q : tensor<24xf32, #linac.key>, %k : tensor<24xf32, #linac.key>, %v : tensor<40xf32, #linac.value>) {
   %S1 = linac.write %S, %k, %v : !linac.state<24x40>, tensor<24xf32, #linac.key>, tensor<40xf32, #linac.value>
   %o = linac.read %S1, %q : !linac.state<24x40>, tensor<24xf32, #linac.key> -> tensor<40xf32, #linac.value>
@@ -74,10 +74,10 @@ linac.layer @odd_dims(%S : !linac.state<24x40>) inputs(%q : tensor<24xf32, #lina
 // memory; the other vectors take that of the state copy, Delta, P and A.
 // SM90: linac.layer @large_delta
 // SM90-SAME: family = "delta_chunkwise"
-// SM90-SAME: late_shared_inputs = array<i64: 1, 2, 3>, shared_inputs = array<i64: 0>, shared_memory = 229376 : i64
+// SM90-SAME: late_shared_inputs = array<i64: 1, 2, 3>, scan_block_threads = 128 : i64, shared_inputs = array<i64: 0>, shared_memory = 229376 : i64
 // sm_80 has no bulk copy engine, so its decode steps load states directly.
 // SM80: linac.layer @large_delta
-// SM80-SAME: linac.plan = {block_threads = 128 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 0 : i64, decode_stages = 0 : i64, decode_staging = "direct", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", grid = "heads,sequences", recurrent_reason = "the chunk's 212992 bytes exceed sm_80's 166912 of shared memory", target = "sm_80"}
+// SM80-SAME: linac.plan = {block_threads = 128 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 0 : i64, decode_stages = 0 : i64, decode_staging = "direct", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", recurrent_reason = "the chunk's 212992 bytes exceed sm_80's 166912 of shared memory", scan_block_threads = 128 : i64, target = "sm_80"}
 linac.layer @large_delta(%S : !linac.state<128x128>)
     inputs(%q : tensor<128xf32, #linac.key>, %k : tensor<128xf32, #linac.key>,
            %v : tensor<128xf32, #linac.value>, %g : tensor<128xf32, #linac.key>,

@@ -254,16 +254,16 @@ TEST_F(PackageIntegrity, NumbersAreRangeChecked) {
       {[](auto &m) { m["value_dim"] = 1e300; }, "value_dim is 1e+300"},
       {[](auto &m) { m["decode"]["max_tokens"] = -8; },
        "decode.max_tokens is -8"},
-      {[](auto &m) { m["cpu_abi_version"] = 99; },
-       "kernel was built for CPU ABI version 99"},
+      {[](auto &m) { m["abi_version"] = 99; },
+       "kernels were built for CPU ABI version 99"},
       {[](auto &m) { m["kernels"][0]["file"] = "../layer.so"; },
        "kernels[0].file '../layer.so' is not a file of the package"},
       {[](auto &m) { m["format"] = 1; },
-       "manifest format 1 is not the supported format 2"},
+       "manifest format 1 is not the supported format 3"},
       {[](auto &m) { m["integrity"]["files"].erase("layer.so"); },
        "integrity.files has no entry for 'layer.so'"},
       {[](auto &m) { m["arguments"][2]["name"] = "q"; },
-       "arguments[2] 'q' appears twice"},
+       "arguments[2].name 'q' appears twice"},
   };
   for (const Case &c : cases) {
     fs::path package = copy();

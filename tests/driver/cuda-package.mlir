@@ -51,7 +51,7 @@
 // MANIFEST-NEXT: "block_threads": 512,
 // MANIFEST-NEXT: "dtype": "bfloat16",
 // MANIFEST-NEXT: "entry": "linac_chunk_bfloat16",
-// MANIFEST-NEXT: "family": "chunkwise",
+// MANIFEST-NEXT: "family": "delta_chunkwise",
 // MANIFEST-NEXT: "file": "layer.cubin",
 // MANIFEST-NEXT: "shared_memory": {{[1-9][0-9]*}}
 // MANIFEST: "entry": "linac_chunk_float16",
@@ -84,15 +84,16 @@
 // SOURCE: KeyRows<16, Split>::load(token.input(0))
 // SOURCE: state.eraseWrite(arg_k, {{.*}} * arg_k, {{.*}} * arg_v, v{{[0-9]+}});
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
-// SOURCE: LINAC_SCAN_KERNEL_FLOAT32(Layer)
-// SOURCE-NEXT: LINAC_CHUNK_KERNEL_BFLOAT16(Layer)
+// SOURCE: LINAC_CHUNK_KERNEL_BFLOAT16(Layer)
 // SOURCE-NEXT: LINAC_CHUNK_KERNEL_FLOAT16(Layer)
+// SOURCE-NEXT: LINAC_SCAN_KERNEL_FLOAT32(Layer)
 // SOURCE: LINAC_DECODE_KERNELS(Layer)
 // SOURCE: LINAC_CONTRACT("{{[0-9a-f]+}}")
 
 // WARPS8: "decode_warps": 8
 
 // STAGING: "late_shared_inputs": [],
+// STAGING-NEXT: "scan_block_threads": {{[0-9]+}},
 // STAGING-NEXT: "shared_inputs": [
 // STAGING-NEXT: 0,
 // STAGING-NEXT: 1,

@@ -4,16 +4,18 @@
 // RUN: FileCheck %s --check-prefix=MANIFEST --input-file %t.linac/manifest.json
 // RUN: FileCheck %s --check-prefix=SOURCE --input-file %t.linac/layer.cpp
 // RUN: linac describe %t.linac | FileCheck %s --check-prefix=DESCRIBE
+// RUN: linac-run describe %t.linac | FileCheck %s --check-prefix=DESCRIBE
 // RUN: not linac describe %t.missing 2>&1 | FileCheck %s --check-prefix=MISSING
+// RUN: not linac-run describe 2>&1 | FileCheck %s --check-prefix=NOPACKAGE
 
 // OUT: .linac
+// MANIFEST: "abi_version": 2
 // MANIFEST: "arguments": [
 // MANIFEST: "name": "beta"
 // MANIFEST-NEXT: "role": "input"
 // MANIFEST: "name": "gamma"
 // MANIFEST-NEXT: "role": "param"
-// MANIFEST: "cpu_abi_version": 2
-// MANIFEST: "format": 2
+// MANIFEST: "format": 3
 // MANIFEST: "integrity": {
 // MANIFEST-NEXT: "contract": "{{[0-9a-f]+}}",
 // MANIFEST-NEXT: "files": {
@@ -36,6 +38,7 @@
 // DESCRIBE: beta           input    key     [B, T, H, K]
 // DESCRIBE: gamma          param    scalar  [H]
 // MISSING: error: {{.*}}no manifest.json
+// NOPACKAGE: package is required
 
 !key = tensor<16xf32, #linac.key>
 !value = tensor<8xf32, #linac.value>

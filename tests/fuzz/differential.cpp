@@ -295,13 +295,12 @@ Finding check(const fs::path &spec, const fs::path &work) {
   Finding finding{Verdict::Passed, ""};
   try {
     auto opened = Package::open(package.string());
-    nlohmann::json manifest = nlohmann::json::parse(opened->manifest());
     Dims dims{int(opened->keyDim()), int(opened->valueDim())};
     std::mt19937 rng(std::random_device{}());
     Case c = randomCase(rng);
     Problem problem = makeProblem(*opened, dims, c);
     reference::Result want = reference::run(problem.reference);
-    std::string family = manifest["plan"]["family"];
+    std::string family(manifest::nameOf(opened->info().plan.family));
     if (!defined(want.output) || !defined(want.finalState)) {
       fs::remove_all(package);
       return {Verdict::Undefined,
@@ -335,7 +334,7 @@ Finding check(const fs::path &spec, const fs::path &work) {
     }
     if (!forwardBad && !decodeBad)
       finding = {Verdict::Passed, shape};
-    else if (feedsReadBack(manifest["step"]) &&
+    else if (feedsReadBack(nlohmann::json::parse(opened->info().step)) &&
              !mismatch(forwardRun,
                        {std::vector<double>(decodeRun.output.begin(),
                                             decodeRun.output.end()),

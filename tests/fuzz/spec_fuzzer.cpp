@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "linac/Compiler/Codegen.h"
+#include "linac/Compiler/LayerAttributes.h"
 #include "linac/Compiler/Passes.h"
 #include "linac/Compiler/SpecSource.h"
 #include "linac/Linac.h"
@@ -49,12 +50,15 @@ void compile(ModuleOp parsed, llvm::StringRef target) {
   std::string text;
   llvm::raw_string_ostream out(text);
   for (linac::LayerOp layer : module->getOps<linac::LayerOp>()) {
+    FailureOr<linac::manifest::Plan> plan = linac::getPlan(layer);
+    if (failed(plan))
+      continue;
     FailureOr<std::string> source = target == "cpu"
-                                        ? linac::emitCpuSource(layer)
-                                        : linac::emitCudaSource(layer);
+                                        ? linac::emitCpuSource(layer, *plan)
+                                        : linac::emitCudaSource(layer, *plan);
     if (failed(source))
       continue;
-    out << *source << llvm::json::Value(linac::emitStepProgram(layer));
+    out << *source << linac::emitStepProgram(layer);
   }
   out << *module;
 }

@@ -2,8 +2,9 @@
 # Run here, on the machine with the compiler: compiles every example, and
 # the specs in tests/cpu/specs/ and tests/gpu/specs/ that cover other
 # paths (read order, growing and zero decays, odd dimensions), for a GPU target
-# into .gpu-packages/ and copies the header-only JSON library the
-# runtime needs into .deps/, for GPU machines that lack it. Carry both
+# into .gpu-packages/ and copies the header-only libraries the runtime and
+# linac-run need (nlohmann-json, CLI11) into .deps/, for GPU machines that
+# lack them. Carry both
 # folders (and the working tree) to the GPU machine and run tests/gpu/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,4 +16,6 @@ for spec in examples/*.mlir tests/cpu/specs/*.mlir tests/gpu/specs/*.mlir; do
 done
 cp -r /usr/include/nlohmann .deps/include/
 cp -r /usr/share/cmake/nlohmann_json .deps/share/cmake/
+cp -r /usr/include/CLI .deps/include/
+cp -r /usr/share/cmake/CLI11 .deps/share/cmake/
 echo "compiled $(ls -d .gpu-packages/*.linac | wc -l) packages for $target"

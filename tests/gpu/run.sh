@@ -17,5 +17,5 @@ done
 if [ ${#packages[@]} -eq 0 ]; then packages=(.gpu-packages/*.linac); fi
 cmake -G Ninja -S . -B build-gpu -DLINAC_RUNTIME_ONLY=ON \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.deps" >/dev/null
-cmake --build build-gpu --target linac-gpu-check linac_runtime_shared
+cmake --build build-gpu --target linac-gpu-check linac-run linac_runtime_shared
 build-gpu/bin/linac-gpu-check --bench "${options[@]}" "${packages[@]}"

@@ -78,19 +78,20 @@ Argument tokensOf(const Argument &argument, int64_t begin, int64_t end) {
 
 Problem makeProblem(const Package &package, Dims dims, const Case &c,
                     float (*round)(float)) {
-  nlohmann::json manifest = nlohmann::json::parse(package.manifest());
+  const manifest::Manifest &info = package.info();
+  nlohmann::json step = nlohmann::json::parse(info.step);
   std::mt19937 rng(std::random_device{}());
   std::normal_distribution<float> normal;
   std::uniform_real_distribution<float> unit(0.1f, 0.9f);
   std::uniform_real_distribution<float> strong(-20.0f, 20.0f);
   std::uniform_real_distribution<float> saturated(104.0f, 200.0f);
   std::bernoulli_distribution eighth(0.125), negative(0.5);
-  std::set<std::string> decays = decayInputs(manifest["step"]);
+  std::set<std::string> decays = decayInputs(step);
 
   Problem problem;
   problem.decayInputs = decays;
   reference::Problem &ref = problem.reference;
-  ref.step = manifest["step"];
+  ref.step = step;
   ref.numHeads = c.heads;
   ref.cuSeqlens = c.cuSeqlens;
   if (ref.cuSeqlens.empty())
@@ -99,17 +100,17 @@ Problem makeProblem(const Package &package, Dims dims, const Case &c,
   int64_t totalTokens = ref.cuSeqlens.back();
   int64_t sequences = int64_t(ref.cuSeqlens.size()) - 1;
 
-  for (const ArgumentInfo &arg : package.arguments()) {
-    if (arg.role == "runtime")
-      continue;
-    int64_t features = arg.kind == "key"      ? dims.k
-                       : arg.kind == "value"  ? dims.v
-                       : arg.kind == "matrix" ? dims.k * dims.v
-                                              : 1;
+  for (const manifest::Argument &arg : info.arguments) {
+    std::vector<int64_t> trailing =
+        manifest::trailingDims(arg.kind, dims.k, dims.v);
+    int64_t features = 1;
+    for (int64_t d : trailing)
+      features *= d;
     bool activation = arg.name == "q" || arg.name == "k" || arg.name == "v" ||
                       arg.name == "r";
-    bool param = arg.role == "param";
-    int64_t heads = (arg.kind == "key" && activation) ? c.keyHeads : c.heads;
+    bool param = arg.role == manifest::Role::Param;
+    int64_t heads =
+        (arg.kind == manifest::Kind::Key && activation) ? c.keyHeads : c.heads;
     std::vector<float> values((param ? 1 : totalTokens) * heads * features);
     for (size_t i = 0; i < values.size(); ++i) {
       float &x = values[i];
@@ -139,17 +140,12 @@ Problem makeProblem(const Package &package, Dims dims, const Case &c,
               : std::vector<int64_t>{c.cuSeqlens.empty() ? c.batch : 1,
                                      c.cuSeqlens.empty() ? c.tokens : totalTokens,
                                      heads};
-    if (arg.kind == "key" || arg.kind == "value")
-      shape.push_back(features);
-    if (arg.kind == "matrix") {
-      shape.push_back(dims.k);
-      shape.push_back(dims.v);
-    }
+    shape.insert(shape.end(), trailing.begin(), trailing.end());
     (param ? ref.params : ref.inputs).push_back(reference::Tensor{values, heads});
     problem.arguments[arg.name] = {std::move(values), shape, param};
   }
 
-  bool normalized = manifest["normal_form"].value("normalizer", false);
+  bool normalized = info.normalForm.normalizer;
   problem.stateSize = sequences * c.heads * dims.k * (dims.v + normalized);
   problem.outputSize = totalTokens * c.heads * dims.v;
   if (c.initialState) {

@@ -28,52 +28,42 @@ namespace {
 
 constexpr int64_t kDim = 16;
 
-nlohmann::json argument(const char *name, const char *role, const char *kind,
-                        const char *shape) {
-  return {{"name", name}, {"role", role}, {"kind", kind}, {"shape", shape}};
-}
+namespace schema = linac::manifest;
 
-nlohmann::json kernel(const char *entry, const char *dtype, const char *family,
-                      int blockThreads, int sharedMemory) {
-  return {{"entry", entry},
-          {"file", "layer.cubin"},
-          {"dtype", dtype},
-          {"family", family},
-          {"block_threads", blockThreads},
-          {"shared_memory", sharedMemory}};
+schema::Kernel kernel(const char *entry, linac::DType dtype,
+                      schema::Family family, int64_t blockThreads,
+                      int64_t sharedMemory) {
+  return {entry, "layer.cubin", dtype, family, blockThreads, sharedMemory};
 }
 
 /// A layer with key, value and scalar inputs and a per-head parameter, as
-/// the compiler would describe it for sm_90a.
+/// the compiler would describe it for sm_90a, without its integrity.
 nlohmann::json cudaManifest() {
-  return {
-      {"format", 2},
-      {"target", "sm_90a"},
-      {"cuda_abi_version", LINAC_CUDA_ABI_VERSION},
-      {"layer", "toy"},
-      {"key_dim", kDim},
-      {"value_dim", kDim},
-      {"normal_form", {{"normalizer", false}}},
-      {"arguments",
-       {argument("q", "input", "key", "[B, T, H, K]"),
-        argument("k", "input", "key", "[B, T, H, K]"),
-        argument("v", "input", "value", "[B, T, H, V]"),
-        argument("g", "input", "scalar", "[B, T, H]"),
-        argument("A_log", "param", "scalar", "[H]"),
-        argument("initial_state", "runtime", "state",
-                 "[N, H, K, V] (optional)"),
-        argument("o", "runtime", "value", "[B, T, H, V]")}},
-      {"decode",
-       {{"max_tokens", 8},
-        {"parts", 2},
-        {"staging", "tensor"},
-        {"state_layout", "key_major"},
-        {"kernels",
-         {kernel("linac_decode_float32", "float32", "recurrent", 128, 0)}}}},
-      {"kernels",
-       {kernel("linac_chunk_bfloat16", "bfloat16", "chunkwise", 256, 190464),
-        kernel("linac_scan_bfloat16", "bfloat16", "recurrent", 128, 0),
-        kernel("linac_scan_float32", "float32", "recurrent", 160, 0)}}};
+  using linac::DType;
+  using schema::Family, schema::Kind, schema::Role;
+  schema::Manifest manifest;
+  manifest.target = schema::Target::Sm90a;
+  manifest.abiVersion = LINAC_CUDA_ABI_VERSION;
+  manifest.layer = "toy";
+  manifest.keyDim = manifest.valueDim = kDim;
+  manifest.plan.target = manifest.target;
+  manifest.plan.family = Family::Chunkwise;
+  manifest.arguments = {{"q", Role::Input, Kind::Key},
+                        {"k", Role::Input, Kind::Key},
+                        {"v", Role::Input, Kind::Value},
+                        {"g", Role::Input, Kind::Scalar},
+                        {"A_log", Role::Param, Kind::Scalar}};
+  manifest.kernels = {
+      kernel("linac_chunk_bfloat16", DType::BFloat16, Family::Chunkwise, 256,
+             190464),
+      kernel("linac_scan_bfloat16", DType::BFloat16, Family::Recurrent, 128, 0),
+      kernel("linac_scan_float32", DType::Float32, Family::Recurrent, 160, 0)};
+  manifest.decode.parts = 2;
+  manifest.decode.staging = schema::DecodeStaging::Tensor;
+  manifest.decode.kernels = {kernel("linac_decode_float32", DType::Float32,
+                                    Family::Recurrent, 128, 0)};
+  manifest.step = "{}";
+  return nlohmann::json::parse(schema::write(manifest));
 }
 
 class CudaPackage : public testing::Test {
@@ -169,7 +159,7 @@ TEST_F(CudaPackage, OpensAndReportsItsTarget) {
 
 TEST_F(CudaPackage, OpensSm80) {
   nlohmann::json manifest = cudaManifest();
-  manifest["target"] = "sm_80";
+  manifest["target"] = manifest["plan"]["target"] = "sm_80";
   EXPECT_EQ(linac::Package::open(write(manifest).string())->target(), "sm_80");
 }
 
@@ -335,34 +325,43 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
   };
   std::vector<Case> cases = {
       {[](auto &m) { m["kernels"][1].erase("block_threads"); },
-       "corrupt manifest"},
+       "kernels[1] 'linac_scan_bfloat16' has no block_threads or "
+       "shared_memory"},
       {[](auto &m) { m["kernels"][2].erase("shared_memory"); },
-       "corrupt manifest"},
-      {[](auto &m) { m.erase("cuda_abi_version"); }, "corrupt manifest"},
-      {[](auto &m) { m["cuda_abi_version"] = LINAC_CUDA_ABI_VERSION + 1; },
+       "kernels[2] 'linac_scan_float32' has no block_threads or "
+       "shared_memory"},
+      {[](auto &m) { m.erase("abi_version"); }, "abi_version is missing"},
+      {[](auto &m) { m["abi_version"] = LINAC_CUDA_ABI_VERSION + 1; },
        "kernels were built for CUDA ABI version " +
            std::to_string(LINAC_CUDA_ABI_VERSION + 1)},
       {[](auto &m) { m["kernels"][0]["dtype"] = "float64"; },
-       "kernel 'linac_chunk_bfloat16' has dtype \"float64\""},
+       "kernels[0].dtype is \"float64\"; expected float32, bfloat16 or "
+       "float16"},
       {[](auto &m) { m["kernels"][1]["block_threads"] = 2048; },
-       "kernel 'linac_scan_bfloat16' has an impossible launch shape"},
+       "kernels[1].block_threads is 2048; expected an integer from 1 to 1024"},
       {[](auto &m) { m["kernels"][2]["file"] = "other.cubin"; },
-       "kernel 'linac_scan_float32' is in 'other.cubin'"},
+       "kernels[2].file 'other.cubin' is not the package's kernel file "
+       "'layer.cubin'"},
       {[](auto &m) { m["kernels"] = nlohmann::json::array(); },
-       "manifest lists no kernels"},
-      {[](auto &m) { m["target"] = "sm_70"; }, "package is for target 'sm_70'"},
-      {[](auto &m) { m.erase("decode"); }, "corrupt manifest"},
+       "kernels is empty"},
+      {[](auto &m) { m["target"] = "sm_70"; },
+       "target is \"sm_70\"; expected cpu, sm_90a or sm_80"},
+      {[](auto &m) { m.erase("decode"); }, "decode is missing"},
       {[](auto &m) { m["decode"]["state_layout"] = "value_major"; },
-       "decode state layout \"value_major\" is not key_major"},
+       "decode.state_layout is \"value_major\"; expected key_major"},
       {[](auto &m) { m["decode"]["kernels"][0]["file"] = "other.cubin"; },
-       "kernel 'linac_decode_float32' is in 'other.cubin'"},
+       "decode.kernels[0].file 'other.cubin' is not the package's kernel "
+       "file"},
       {[](auto &m) { m["decode"]["parts"] = 3; },
-       "decode parts 3 do not divide the value columns"},
+       "decode.parts 3 does not divide value_dim 16"},
       {[](auto &m) { m["decode"]["parts"] = 0; },
-       "decode parts 0 do not divide the value columns"},
+       "decode.parts is 0; expected an integer from 1 to 1048576"},
       {[](auto &m) { m["decode"]["staging"] = "cp.async"; },
-       "unknown decode staging 'cp.async'"},
-      {[](auto &m) { m["decode"].erase("staging"); }, "corrupt manifest"},
+       "decode.staging is \"cp.async\"; expected direct, bulk or tensor"},
+      {[](auto &m) { m["decode"].erase("staging"); },
+       "decode.parts and decode.staging are a GPU package's"},
+      {[](auto &m) { m["plan"]["target"] = "cpu"; },
+       "plan.target differs from target"},
   };
   for (const Case &c : cases) {
     nlohmann::json manifest = cudaManifest();
@@ -388,34 +387,40 @@ TEST_F(CudaPackage, NumbersAreRangeChecked) {
        "key_dim is 9223372036854775808"},
       {[](auto &m) { m["key_dim"] = "16"; }, "key_dim is \"16\""},
       {[](auto &m) { m["format"] = 1; },
-       "manifest format 1 is not the supported format 2"},
+       "manifest format 1 is not the supported format 3"},
       {[](auto &m) { m["decode"]["max_tokens"] = 0; },
        "decode.max_tokens is 0"},
       {[](auto &m) { m["decode"]["parts"] = int64_t(1) << 40; },
        "decode.parts is 1099511627776"},
       {[](auto &m) { m["kernels"][0]["shared_memory"] = -1; },
-       "kernel 'linac_chunk_bfloat16' has an impossible launch shape"},
+       "kernels[0].shared_memory is -1; expected an integer from 0 to "
+       "2147483647"},
       {[](auto &m) { m["kernels"][0]["block_threads"] = 0; },
-       "kernel 'linac_chunk_bfloat16' has an impossible launch shape"},
+       "kernels[0].block_threads is 0"},
       {[](auto &m) { m["kernels"][0]["block_threads"] = 128.5; },
-       "kernel 'linac_chunk_bfloat16' has an impossible launch shape"},
+       "kernels[0].block_threads is 128.5"},
       {[](auto &m) { m["kernels"][0]["file"] = "../layer.cubin"; },
        "kernels[0].file '../layer.cubin' is not a file of the package"},
       {[](auto &m) { m["decode"]["kernels"][0]["file"] = "/etc/passwd"; },
        "decode.kernels[0].file '/etc/passwd' is not a file of the package"},
       {[](auto &m) { m["arguments"][1]["name"] = "q"; },
-       "arguments[1] 'q' appears twice"},
+       "arguments[1].name 'q' appears twice"},
       {[](auto &m) { m["arguments"][0]["role"] = "output"; },
-       "arguments[0] 'q' has role 'output'"},
+       "arguments[0].role is \"output\""},
+      {[](auto &m) { m["arguments"][0]["role"] = "runtime"; },
+       "arguments[0].role of 'q' is runtime; expected input or param"},
       {[](auto &m) { m["arguments"][3]["kind"] = "tensor"; },
-       "arguments[3] 'g' has kind 'tensor'"},
+       "arguments[3].kind is \"tensor\""},
+      {[](auto &m) { m["arguments"][3]["kind"] = "state"; },
+       "arguments[3].kind of 'g' is state; expected key, value, scalar or "
+       "matrix"},
       {[](auto &m) { m["arguments"][0]["name"] = ""; },
-       "arguments[0] has no name"},
+       "arguments[0].name is empty"},
       {[](auto &m) {
          m["arguments"] = nlohmann::json::array(
-             {argument("A_log", "param", "scalar", "[H]")});
+             {{{"name", "A_log"}, {"role", "param"}, {"kind", "scalar"}}});
        },
-       "the layer has no inputs"},
+       "arguments has no input"},
   };
   for (const Case &c : cases) {
     nlohmann::json manifest = cudaManifest();
@@ -488,7 +493,8 @@ TEST_F(CudaPackage, TheCubinIsTiedToItsManifest) {
 
   edited.erase("integrity");
   writeText(path / "manifest.json", edited.dump(1));
-  EXPECT_NE(openRejection(path).find("corrupt manifest"), std::string::npos)
+  EXPECT_NE(openRejection(path).find("integrity is missing"),
+            std::string::npos)
       << openRejection(path);
 }
 

@@ -1,22 +1,19 @@
 //===- linac.cpp - the linac compiler driver ------------------------------===//
 //
 //   linac compile SPEC --target cpu|sm_90a|sm_80 -o NAME.linac   spec -> package
-//   linac run NAME.linac --inputs DIR --outputs DIR  .npy in, .npy out
-//   linac describe NAME.linac                        arguments and shapes
-//   linac bench NAME.linac... [--shape B,T,H] [--decode]  GPU timings, JSON
+//   linac run|describe|bench ...   forwarded to linac-run, which needs no MLIR
 //
 //===----------------------------------------------------------------------===//
 
 #include "linac/Compiler/Codegen.h"
 #include "linac/cpu/abi.h"
 #include "linac/cuda/abi.h"
+#include "linac/Compiler/LayerAttributes.h"
 #include "linac/Compiler/Passes.h"
 #include "linac/Compiler/SpecSource.h"
 #include "linac/Linac.h"
-#include "linac/bench.h"
 #include "linac/integrity.h"
-#include "linac/npy.h"
-#include "linac/package.h"
+#include "linac/manifest.h"
 
 #include "PackageOutput.h"
 
@@ -29,7 +26,6 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -40,7 +36,9 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <cstdlib>
 #include <ctime>
 #include <unistd.h>
@@ -50,8 +48,6 @@ namespace cl = llvm::cl;
 namespace fs = llvm::sys::fs;
 
 static constexpr const char *kCompilerVersion = "0.1.0";
-/// New tokens per sequence a decode call takes (speculative decoding).
-static constexpr int kMaxDecodeTokens = 8;
 /// The calling conventions of templates/linac/cpu/abi.h and cuda/abi.h.
 static constexpr int kCpuAbiVersion = LINAC_CPU_ABI_VERSION;
 static constexpr int kCudaAbiVersion = LINAC_CUDA_ABI_VERSION;
@@ -81,53 +77,9 @@ static cl::opt<bool> forceOutput(
     cl::desc("Replace -o's path even if it is not a linac package"),
     cl::sub(compileCommand));
 
-static cl::SubCommand runCommand("run", "Run a package's forward pass on .npy files");
-static cl::opt<std::string> runPackage(cl::Positional, cl::desc("<NAME.linac>"),
-                                       cl::Required, cl::sub(runCommand));
-static cl::opt<std::string> inputsDir("inputs", cl::desc("Directory of <argument>.npy"),
-                                      cl::Required, cl::sub(runCommand));
-static cl::opt<std::string> outputsDir("outputs", cl::desc("Where o.npy and final_state.npy go"),
-                                       cl::Required, cl::sub(runCommand));
-static cl::opt<float> runScale("scale", cl::desc("Read scale (default K^-1/2)"),
-                               cl::init(0.0f), cl::sub(runCommand));
-static cl::opt<bool> runDecode(
-    "decode",
-    cl::desc("A decode step: inputs [B, n, H, ...], state_pool.npy and "
-             "state_indices.npy in; o.npy and the updated state_pool.npy out"),
-    cl::sub(runCommand));
-
-static cl::SubCommand describeCommand("describe", "Print a package's arguments");
-static cl::opt<std::string> describePackage(cl::Positional, cl::desc("<NAME.linac>"),
-                                            cl::Required, cl::sub(describeCommand));
-
-static cl::SubCommand benchCommand(
-    "bench", "Time CUDA packages' forward passes on the GPU (JSON lines)");
-static cl::list<std::string> benchPackages(cl::Positional, cl::desc("<NAME.linac>..."),
-                                           cl::OneOrMore, cl::sub(benchCommand));
-static cl::list<std::string> benchShapes(
-    "shape", cl::desc("B,T,H to time (repeatable; default 8,4096,16)"),
-    cl::sub(benchCommand));
-static cl::opt<std::string> benchDtype("dtype", cl::desc("bfloat16, float16 or float32"),
-                                       cl::init("bfloat16"), cl::sub(benchCommand));
-static cl::opt<int> benchReps("reps", cl::desc("Timed runs per case (median)"),
-                              cl::init(50), cl::sub(benchCommand));
-static cl::opt<bool> benchDecode(
-    "decode",
-    cl::desc("Time decode steps: --shape B,T,H is B sequences of T new "
-             "tokens (default 64,1,16 and 256,1,16)"),
-    cl::sub(benchCommand));
-
 static int fail(const std::string &message) {
   llvm::errs() << "linac: error: " << message << "\n";
   return 1;
-}
-
-static std::string shapeOf(StringRef role, StringRef kind) {
-  std::string features = kind == "key"      ? ", K"
-                         : kind == "value"  ? ", V"
-                         : kind == "matrix" ? ", K, V"
-                                            : "";
-  return role == "param" ? "[H" + features + "]" : "[B, T, H" + features + "]";
 }
 
 static std::string templatesDir() {
@@ -275,98 +227,10 @@ static LogicalResult buildKernel(const Toolchain &tools, StringRef source,
   return success();
 }
 
-static llvm::json::Value toJson(Attribute attr) {
-  if (auto dict = dyn_cast<DictionaryAttr>(attr)) {
-    llvm::json::Object object;
-    for (NamedAttribute entry : dict)
-      object[entry.getName().getValue()] = toJson(entry.getValue());
-    return object;
-  }
-  if (auto str = dyn_cast<StringAttr>(attr))
-    return str.getValue();
-  if (auto boolean = dyn_cast<BoolAttr>(attr))
-    return boolean.getValue();
-  if (auto integer = dyn_cast<IntegerAttr>(attr))
-    return integer.getInt();
-  if (auto integers = dyn_cast<DenseI64ArrayAttr>(attr))
-    return llvm::json::Array(integers.asArrayRef());
-  return nullptr;
-}
-
-/// The scan's block: a thread per value column, one more for a normaliser
-/// (templates/linac/cuda/scan.h's scanThreads).
-static int64_t scanBlockThreads(linac::LayerOp layer) {
-  return (layer.getStateType().getValueDim() +
-          layer.getStateType().getNormalized() + 31) / 32 * 32;
-}
-
-/// The manifest's kernel list: one shared object on the CPU; on GPUs the
-/// chunkwise kernels (when planned) before the scan, per activation dtype,
-/// so that the runtime's first match for a dtype is the fastest kernel.
-static llvm::json::Array kernelList(linac::LayerOp layer, StringRef file) {
-  if (targetName == "cpu")
-    return llvm::json::Array{llvm::json::Object{
-        {"entry", "linac_cpu_forward"}, {"file", file}}};
-  auto plan = layer->getAttrOfType<DictionaryAttr>(linac::kPlanAttr);
-  llvm::json::Array kernels;
-  auto add = [&](StringRef family, StringRef dtype, int64_t threads,
-                 int64_t shared) {
-    kernels.push_back(llvm::json::Object{
-        {"entry", fmt::format("linac_{}_{}", family.str(), dtype.str())},
-        {"file", file},
-        {"dtype", dtype},
-        {"family", family == "chunk" ? "chunkwise" : "recurrent"},
-        {"block_threads", threads},
-        {"shared_memory", shared}});
-  };
-  for (StringRef dtype : {"bfloat16", "float16"})
-    if (linac::chunkwiseFor(layer, dtype))
-      add("chunk", dtype, plan.getAs<IntegerAttr>("block_threads").getInt(),
-          plan.getAs<IntegerAttr>("shared_memory").getInt());
-  int64_t scanThreads = scanBlockThreads(layer);
-  for (StringRef dtype : {"float32", "bfloat16", "float16"})
-    if (!linac::chunkwiseFor(layer, dtype))
-      add("scan", dtype, scanThreads, 0);
-  return kernels;
-}
-
-/// Decode kernels of a GPU package, one per activation dtype.
-static llvm::json::Array decodeKernelList(linac::LayerOp layer, StringRef file) {
-  auto plan = layer->getAttrOfType<DictionaryAttr>(linac::kPlanAttr);
-  int64_t threads = plan.getAs<IntegerAttr>("decode_block_threads").getInt();
-  int64_t shared = plan.getAs<IntegerAttr>("decode_shared_memory").getInt();
-  llvm::json::Array kernels;
-  for (StringRef dtype : {"float32", "bfloat16", "float16"})
-    kernels.push_back(llvm::json::Object{
-        {"entry", fmt::format("linac_decode_{}", dtype.str())},
-        {"file", file},
-        {"dtype", dtype},
-        {"family", "recurrent"},
-        {"block_threads", threads},
-        {"shared_memory", shared}});
-  return kernels;
-}
-
-/// A manifest's text, as the package holds it.
-static std::string manifestJson(const llvm::json::Object &manifest) {
-  std::string text;
-  llvm::raw_string_ostream(text)
-      << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object(manifest)))
-      << "\n";
-  return text;
-}
-
-/// The manifest's integrity member: the hash of its contract, and the size
-/// and SHA-256 of the kernel file `name` at `path` (docs/runtime.md).
-static llvm::json::Object integrityOf(const std::string &contract,
-                                      const std::string &path,
-                                      const std::string &name) {
+/// The size and SHA-256 of the kernel file at `path` (docs/runtime.md).
+static linac::manifest::FileRecord recordOf(const std::string &path) {
   std::string bytes = readFile(path);
-  llvm::json::Object file{{"bytes", int64_t(bytes.size())},
-                          {"sha256", linac::sha256Hex(bytes)}};
-  return llvm::json::Object{
-      {"contract", contract},
-      {"files", llvm::json::Object{{name, std::move(file)}}}};
+  return {int64_t(bytes.size()), linac::sha256Hex(bytes)};
 }
 
 static int compile() {
@@ -401,9 +265,13 @@ static int compile() {
   pm.addPass(linac::createLinacPlan({targetName, decodeWarps, decodeParts}));
   if (failed(pm.run(*module)))
     return 1;
-  FailureOr<std::string> source = targetName == "cpu"
-                                      ? linac::emitCpuSource(layer)
-                                      : linac::emitCudaSource(layer);
+  FailureOr<linac::manifest::NormalForm> form = linac::getNormalForm(layer);
+  FailureOr<linac::manifest::Plan> plan = linac::getPlan(layer);
+  if (failed(form) || failed(plan))
+    return 1;
+  bool cpu = plan->target == linac::manifest::Target::Cpu;
+  FailureOr<std::string> source = cpu ? linac::emitCpuSource(layer, *plan)
+                                      : linac::emitCudaSource(layer, *plan);
   if (failed(source))
     return 1;
 
@@ -430,73 +298,38 @@ static int compile() {
     return success();
   };
 
-  llvm::json::Array arguments;
-  for (BlockArgument arg : layer.getBody().getArguments().drop_front()) {
-    StringRef role = layer.isParam(arg) ? "param" : "input";
-    StringRef kind = linac::kindOf(arg.getType());
-    arguments.push_back(llvm::json::Object{
-        {"name", layer.getArgumentName(arg)}, {"role", role}, {"kind", kind},
-        {"shape", shapeOf(role, kind)}, {"dtype", "float32"}});
-  }
-  // The JSON value owns `shape`; a StringRef would only borrow it.
-  auto runtimeArgument = [&](StringRef name, StringRef kind, std::string shape,
-                             StringRef dtype) {
-    arguments.push_back(llvm::json::Object{{"name", name}, {"role", "runtime"},
-                                           {"kind", kind},
-                                           {"shape", std::move(shape)},
-                                           {"dtype", dtype}});
-  };
-  runtimeArgument("cu_seqlens", "index", "[N + 1] (optional, B = 1)", "int64");
-  // A normaliser persists as the state's last column.
-  std::string state =
-      layer.getStateType().getNormalized() ? "[N, H, K, V + 1]" : "[N, H, K, V]";
-  runtimeArgument("initial_state", "state", state + " (optional)", "float32");
-  runtimeArgument("final_state", "state", state, "float32");
-  runtimeArgument("o", "value", "[B, T, H, V]", "float32");
-
-  llvm::json::Object manifest{
-      {"format", 2},
-      {"compiler_version", kCompilerVersion},
-      {"target", targetName.getValue()},
-      {"spec_hash", hash},
-      {"layer", layer.getSymName()},
-      {"key_dim", layer.getStateType().getKeyDim()},
-      {"value_dim", layer.getStateType().getValueDim()},
-      {"normal_form", toJson(layer->getAttr(linac::kNormalFormAttr))},
-      {"plan", toJson(layer->getAttr(linac::kPlanAttr))},
-      {"arguments", std::move(arguments)},
-      {"kernels", kernelList(layer, tools->kernel)},
-      {"step", linac::emitStepProgram(layer)},
-  };
-  llvm::json::Object decode{
-      {"max_tokens", kMaxDecodeTokens},
-      {"state_layout", layer->getAttrOfType<DictionaryAttr>(linac::kPlanAttr)
-                           .getAs<StringAttr>("decode_state_layout")
-                           .getValue()}};
-  if (targetName != "cpu") {
-    manifest["cuda_abi_version"] = kCudaAbiVersion;
-    decode["kernels"] = decodeKernelList(layer, tools->kernel);
-    auto plan = layer->getAttrOfType<DictionaryAttr>(linac::kPlanAttr);
-    decode["parts"] = plan.getAs<IntegerAttr>("decode_parts").getInt();
-    // With tensor staging the runtime encodes a tensor map of each call's
-    // pool for the kernel (linac_cuda_decode_args::state_map).
-    decode["staging"] = plan.getAs<StringAttr>("decode_staging").getValue();
-  } else {
-    manifest["cpu_abi_version"] = kCpuAbiVersion;
-    decode["entry"] = "linac_cpu_decode";
-  }
-  manifest["decode"] = std::move(decode);
+  namespace manifest = linac::manifest;
+  manifest::Manifest contents;
+  contents.compilerVersion = kCompilerVersion;
+  contents.target = plan->target;
+  contents.abiVersion = cpu ? kCpuAbiVersion : kCudaAbiVersion;
+  contents.specHash = hash;
+  contents.layer = layer.getSymName().str();
+  contents.keyDim = layer.getStateType().getKeyDim();
+  contents.valueDim = layer.getStateType().getValueDim();
+  contents.normalForm = *form;
+  contents.plan = *plan;
+  for (BlockArgument arg : layer.getBody().getArguments().drop_front())
+    contents.arguments.push_back(
+        {layer.getArgumentName(arg).str(),
+         layer.isParam(arg) ? manifest::Role::Param : manifest::Role::Input,
+         linac::kindOf(arg.getType())});
+  contents.kernels = manifest::forwardKernels(*plan, tools->kernel);
+  contents.decode.kernels = manifest::decodeKernels(*plan, tools->kernel);
+  // With tensor staging the runtime encodes a tensor map of each call's
+  // pool for the kernel (linac_cuda_decode_args::state_map).
+  contents.decode.parts = plan->decodeParts;
+  contents.decode.staging = plan->decodeStaging;
+  contents.step = linac::emitStepProgram(layer);
   // The kernel file carries the hash of the manifest's contract, and the
   // manifest the kernel file's size and hash.
-  std::string contract = linac::contractHash(manifestJson(manifest));
+  std::string contract = linac::contractHash(manifest::write(contents));
   *source += linac::emitContract(contract);
-  std::string manifestText;
   auto writeManifest = [&] {
-    manifest["integrity"] =
-        integrityOf(contract, staging.path() + "/" + tools->kernel,
-                    tools->kernel);
-    manifestText = manifestJson(manifest);
-    return write("manifest.json", manifestText);
+    contents.integrity = manifest::Integrity{
+        contract,
+        {{tools->kernel, recordOf(staging.path() + "/" + tools->kernel)}}};
+    return write("manifest.json", manifest::write(contents));
   };
 
   if (failed(write(tools->source, *source)) ||
@@ -512,167 +345,19 @@ static int compile() {
   return 0;
 }
 
-static int describe() {
-  try {
-    auto package = linac::Package::open(describePackage);
-    llvm::outs() << fmt::format("layer @{} for {}, K = {}, V = {}\n",
-                                package->layer(), package->target(),
-                                package->keyDim(), package->valueDim());
-    for (const linac::ArgumentInfo &arg : package->arguments())
-      llvm::outs() << fmt::format("  {:<14} {:<8} {:<7} {}\n", arg.name,
-                                  arg.role, arg.kind, arg.shape);
-  } catch (const linac::Error &e) {
-    return fail(e.what());
-  }
-  return 0;
-}
-
-/// `linac run --decode`: one decode step on the pool in the inputs folder.
-static int decodeStep(const linac::Package &package,
-                      const std::map<std::string, linac::HostTensor> &tensors,
-                      llvm::function_ref<std::string(StringRef)> path) {
-  for (StringRef name : {"state_pool", "state_indices"})
-    if (!fs::exists(path(name)))
-      return fail(fmt::format("decode needs {}", path(name)));
-  linac::NpyArray poolArray = linac::readNpy(path("state_pool"));
-  std::vector<float> pool = poolArray.toFloat();
-  linac::DecodeRequest request;
-  request.tensors = tensors;
-  request.statePool = pool.data();
-  request.poolShape = poolArray.shape;
-  request.stateIndices = linac::readNpy(path("state_indices")).toInt64();
-  request.scale = runScale;
-  linac::ForwardRequest shapes;
-  shapes.tensors = tensors;
-  linac::ForwardShape shape = package.check(shapes);
-  // Rows of skipped sequences stay zero.
-  std::vector<float> output(shape.batch * shape.tokens * shape.heads *
-                            package.valueDim());
-  request.output = output.data();
-  package.decode(request);
-  fs::create_directories(outputsDir);
-  linac::writeNpy(outputsDir + "/o.npy",
-                  linac::makeFloat32({shape.batch, shape.tokens, shape.heads,
-                                      package.valueDim()},
-                                     output));
-  linac::writeNpy(outputsDir + "/state_pool.npy",
-                  linac::makeFloat32(poolArray.shape, pool));
-  return 0;
-}
-
-static int run() {
-  try {
-    auto package = linac::Package::open(runPackage);
-    linac::ForwardRequest request;
-    std::vector<std::vector<float>> storage;
-    auto path = [&](StringRef name) {
-      return (inputsDir + "/" + name + ".npy").str();
-    };
-    for (const linac::ArgumentInfo &arg : package->arguments()) {
-      if (arg.role == "runtime")
-        continue;
-      if (!fs::exists(path(arg.name)))
-        return fail(fmt::format("missing {} '{}': no {}", arg.role, arg.name,
-                                path(arg.name)));
-      linac::NpyArray array = linac::readNpy(path(arg.name));
-      storage.push_back(array.toFloat());
-      request.tensors[arg.name] = {storage.back().data(), array.shape};
-    }
-    if (runDecode)
-      return decodeStep(*package, request.tensors, path);
-    if (fs::exists(path("cu_seqlens")))
-      request.cuSeqlens = linac::readNpy(path("cu_seqlens")).toInt64();
-    request.scale = runScale;
-    linac::ForwardShape shape = package->check(request);
-
-    int64_t stateSize = shape.sequences * shape.heads * package->keyDim() *
-                        package->stateColumns();
-    std::vector<float> initial;
-    if (fs::exists(path("initial_state"))) {
-      linac::NpyArray array = linac::readNpy(path("initial_state"));
-      std::vector<int64_t> expected{shape.sequences, shape.heads,
-                                    package->keyDim(), package->stateColumns()};
-      if (array.shape != expected)
-        return fail(fmt::format("initial_state has shape {}, expected [{}]",
-                                array.shapeString(), fmt::join(expected, ", ")));
-      initial = array.toFloat();
-      request.initialState = initial.data();
-    }
-    std::vector<float> output(shape.batch * shape.tokens * shape.heads *
-                              package->valueDim());
-    std::vector<float> finalState(stateSize);
-    request.output = output.data();
-    request.finalState = finalState.data();
-    package->forward(request);
-
-    fs::create_directories(outputsDir);
-    linac::writeNpy(outputsDir + "/o.npy",
-                    linac::makeFloat32({shape.batch, shape.tokens, shape.heads,
-                                        package->valueDim()},
-                                       output));
-    linac::writeNpy(outputsDir + "/final_state.npy",
-                    linac::makeFloat32({shape.sequences, shape.heads,
-                                        package->keyDim(), package->stateColumns()},
-                                       finalState));
-  } catch (const linac::Error &e) {
-    return fail(e.what());
-  } catch (const linac::NpyError &e) {
-    return fail(e.what());
-  } catch (const std::bad_alloc &) {
-    return fail("out of memory for the inputs or outputs");
-  }
-  return 0;
-}
-
-static int bench() {
-  std::optional<linac::DType> dtype =
-      benchDtype == "bfloat16" ? std::optional(linac::DType::BFloat16)
-      : benchDtype == "float16" ? std::optional(linac::DType::Float16)
-      : benchDtype == "float32" ? std::optional(linac::DType::Float32)
-                                : std::nullopt;
-  if (!dtype)
-    return fail("unknown dtype '" + benchDtype +
-                "'; expected bfloat16, float16 or float32");
-  std::vector<linac::bench::Shape> shapes;
-  for (StringRef text : benchShapes) {
-    SmallVector<StringRef> parts;
-    text.split(parts, ',');
-    linac::bench::Shape shape;
-    if (parts.size() != 3 || parts[0].getAsInteger(10, shape.batch) ||
-        parts[1].getAsInteger(10, shape.tokens) ||
-        parts[2].getAsInteger(10, shape.heads) || shape.batch <= 0 ||
-        shape.tokens <= 0 || shape.heads <= 0)
-      return fail("--shape takes B,T,H as positive integers, got '" +
-                  text.str() + "'");
-    shapes.push_back(shape);
-  }
-  if (shapes.empty() && benchDecode)
-    shapes = {{64, 1, 16}, {256, 1, 16}};
-  if (shapes.empty())
-    shapes.push_back({});
-  if (benchReps <= 0)
-    return fail("--reps must be positive");
-  try {
-    std::vector<std::unique_ptr<linac::Package>> packages;
-    for (const std::string &path : benchPackages)
-      packages.push_back(linac::Package::open(path));
-    linac::bench::Ceilings ceilings = linac::bench::measureCeilings();
-    for (const auto &package : packages)
-      for (const linac::bench::Shape &shape : shapes) {
-        linac::bench::Result result =
-            benchDecode
-                ? linac::bench::decode(*package, shape, *dtype, benchReps)
-                : linac::bench::forward(*package, shape, *dtype, benchReps);
-        llvm::outs() << linac::bench::jsonLine(*package,
-                                               benchDecode ? "decode" : "forward",
-                                               shape, *dtype, result, ceilings)
-                     << "\n";
-        llvm::outs().flush();
-      }
-  } catch (const linac::Error &e) {
-    return fail(e.what());
-  }
-  return 0;
+/// Runs linac-run, from beside this program, with this program's
+/// arguments; returns only if it cannot.
+static int forwardToRunner(int argc, char **argv) {
+  std::string self = llvm::sys::fs::getMainExecutable(
+      argv[0], reinterpret_cast<void *>(&forwardToRunner));
+  SmallString<256> runner(llvm::sys::path::parent_path(self));
+  llvm::sys::path::append(runner, "linac-run");
+  std::vector<char *> args(argv, argv + argc);
+  args[0] = runner.data();
+  args.push_back(nullptr);
+  execv(runner.c_str(), args.data());
+  return fail(fmt::format("cannot run {}: {}", runner.str().str(),
+                          std::strerror(errno)));
 }
 
 /// Kills the process once armed and kCrashReportSeconds have passed.
@@ -696,17 +381,18 @@ int main(int argc, char **argv) {
   // Before InitLLVM's crash report, so that it runs first on a crash.
   if (timer_create(CLOCK_MONOTONIC, &expiry, &crashReportTimer) == 0)
     llvm::sys::AddSignalHandler(boundCrashReport, nullptr);
+  if (argc > 1 && (StringRef(argv[1]) == "run" ||
+                   StringRef(argv[1]) == "describe" ||
+                   StringRef(argv[1]) == "bench"))
+    return forwardToRunner(argc, argv);
   llvm::InitLLVM init(argc, argv);
   linac::output::removeTemporariesOnSignal();
   linac::registerLinacPasses();
-  cl::ParseCommandLineOptions(argc, argv, "linac: a compiler for linear attention\n");
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "linac: a compiler for linear attention\n\n"
+      "  linac run, describe and bench are linac-run's (see linac-run --help)\n");
   if (compileCommand)
     return compile();
-  if (runCommand)
-    return run();
-  if (describeCommand)
-    return describe();
-  if (benchCommand)
-    return bench();
   return fail("expected a command: compile, run, describe or bench (see --help)");
 }

@@ -3,6 +3,8 @@
 #ifndef LINAC_PACKAGE_H
 #define LINAC_PACKAGE_H
 
+#include "linac/manifest.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -51,9 +53,6 @@ struct ForwardRequest {
   float *output = nullptr;
   float scale = 0.0f;
 };
-
-/// The element type of a device call's inputs and output.
-enum class DType { Float32, BFloat16, Float16 };
 
 /// The manifest's name of `dtype` ("float32", "bfloat16", "float16"), or
 /// null for a value outside the enum.
@@ -138,6 +137,8 @@ public:
   const std::vector<ArgumentInfo> &arguments() const { return arguments_; }
   /// The manifest's text, for tools that show or test it.
   const std::string &manifest() const { return manifest_; }
+  /// The manifest as read and checked.
+  const manifest::Manifest &info() const { return info_; }
 
   /// Validates `request`'s tensors and returns the shapes they imply.
   ForwardShape check(const ForwardRequest &request) const;
@@ -192,7 +193,8 @@ private:
   int64_t keyDim_ = 0, valueDim_ = 0;
   bool normalizer_ = false;
   std::vector<ArgumentInfo> arguments_;
-  std::vector<ArgumentInfo> inputs_, params_;
+  std::vector<manifest::Argument> inputs_, params_;
+  manifest::Manifest info_;
   /// The manifest's kernel file (layer.so or the cubin) and, on the CPU,
   /// its entry points.
   std::string kernelFile_, forwardEntry_, decodeEntry_;

@@ -1,6 +1,6 @@
 //===- NormalForm.h - a layer's normal form ---------------------*- C++ -*-===//
 //
-// DESIGN.md section 3: every chunkable step reduces to
+// docs/design.md, the normal form: every chunkable step reduces to
 //   S_t = (I - k_t e_t^T) D_k,t S_{t-1} D_v,t + k_t u_t^T,  o_t = read(S_t, q_t)
 // This analysis finds the SSA values that play each role in a layer's body,
 // or says which op keeps the body out of that form.
@@ -11,6 +11,7 @@
 #define LINAC_COMPILER_NORMALFORM_H
 
 #include "linac/Linac.h"
+#include "linac/manifest.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -18,23 +19,20 @@
 
 namespace linac {
 
-enum class KeyDecayKind { None, Fixed, Scalar, Vector };
-enum class StrengthKind { None, Scalar, Vector };
-
-llvm::StringRef stringifyKeyDecay(KeyDecayKind kind);
-llvm::StringRef stringifyStrength(StrengthKind kind);
+using manifest::KeyDecay;
+using manifest::Strength;
 
 struct NormalForm {
   /// Log-gates whose sum is the key-side / value-side log-decay.
   llvm::SmallVector<mlir::Value> keyGates, valueGates;
-  KeyDecayKind keyDecay = KeyDecayKind::None;
+  KeyDecay keyDecay = KeyDecay::None;
   bool valueDecay = false;
 
   mlir::Value key, value, query;
   /// Erase strength (e = strength (.) k) and write strength (u = strength v).
   mlir::Value eraseStrength, writeStrength;
-  StrengthKind erase = StrengthKind::None;
-  StrengthKind write = StrengthKind::None;
+  Strength erase = Strength::None;
+  Strength write = Strength::None;
 
   ReadOp read;
   /// The read sees the state before the token's transitions.
@@ -42,6 +40,9 @@ struct NormalForm {
   bool normalizer = false;
   /// A decay or matrix gate is marked may_grow: its factors may exceed 1.
   bool mayGrow = false;
+
+  /// The summary the normalize pass records and the manifest carries.
+  manifest::NormalForm summary() const;
 
   /// False when the body is outside the form; `blocker` is the op that
   /// breaks it and `reason` says how.

@@ -16,10 +16,6 @@ namespace linac {
 #define GEN_PASS_REGISTRATION
 #include "linac/Compiler/Passes.h.inc"
 
-/// Names of the attributes the passes attach to a layer.
-inline constexpr llvm::StringLiteral kNormalFormAttr = "linac.normal_form";
-inline constexpr llvm::StringLiteral kPlanAttr = "linac.plan";
-
 } // namespace linac
 
 #endif // LINAC_COMPILER_PASSES_H

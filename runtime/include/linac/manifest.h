@@ -1,0 +1,393 @@
+//===- manifest.h - the package manifest's schema ---------------*- C++ -*-===//
+//
+// The one definition of what a package's manifest.json holds: its enums,
+// its structs, the name of every field, and the reader and writer. The
+// compiler fills a Manifest and writes it; the runtime, the benchmark and
+// the tests read it; the compiler's plan pass keeps the same Plan on the
+// layer it plans. Each struct lists its fields once, in `fields`, which
+// every serialiser walks (docs/design.md, the package format).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_MANIFEST_H
+#define LINAC_MANIFEST_H
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace linac {
+
+/// The element type of a device call's inputs and output, and of a kernel.
+enum class DType { Float32, BFloat16, Float16 };
+
+namespace manifest {
+
+/// The manifest format this runtime reads and the compiler writes.
+inline constexpr int64_t kFormat = 3;
+
+enum class Target { Cpu, Sm90a, Sm80 };
+/// The forward pass's algorithm.
+enum class Family { Recurrent, Chunkwise, DeltaChunkwise };
+enum class KeyDecay { None, Fixed, Scalar, Vector };
+/// An erase strength: none, a scalar or a key vector.
+enum class Strength { None, Scalar, Vector };
+/// A write: none, without a strength, or with a scalar or value vector.
+enum class Write { None, Plain, Scalar, Vector };
+/// Whether the read sees the state after the token's transitions or before.
+enum class ReadOrder { After, Before };
+/// How chunkwise kernels form gate differences: no gate, a scalar gate's
+/// whole tile, per-pair differences (CPU) or sub-chunks (GPUs).
+enum class GateNumerics { None, ScalarTile, Pairwise, Subchunk };
+enum class StateLayout { KeyMajor };
+enum class DecodeStaging { Direct, Bulk, Tensor };
+enum class DecodePlacement { BodyOrder, FirstUse };
+enum class DecodeKeyRows { Whole, Split };
+enum class Role { Input, Param, Runtime };
+enum class Kind { Key, Value, Scalar, Matrix, State, Index };
+
+/// The names enums have in manifests and attributes, one table per enum.
+template <typename Enum> struct EnumNames;
+#define LINAC_ENUM_NAMES(Enum, ...)                                            \
+  template <> struct EnumNames<Enum> {                                         \
+    static constexpr std::pair<Enum, std::string_view> table[] = __VA_ARGS__;  \
+  };
+LINAC_ENUM_NAMES(DType, {{DType::Float32, "float32"},
+                         {DType::BFloat16, "bfloat16"},
+                         {DType::Float16, "float16"}})
+LINAC_ENUM_NAMES(Target, {{Target::Cpu, "cpu"},
+                          {Target::Sm90a, "sm_90a"},
+                          {Target::Sm80, "sm_80"}})
+LINAC_ENUM_NAMES(Family, {{Family::Recurrent, "recurrent"},
+                          {Family::Chunkwise, "chunkwise"},
+                          {Family::DeltaChunkwise, "delta_chunkwise"}})
+LINAC_ENUM_NAMES(KeyDecay, {{KeyDecay::None, "none"},
+                            {KeyDecay::Fixed, "fixed"},
+                            {KeyDecay::Scalar, "scalar"},
+                            {KeyDecay::Vector, "vector"}})
+LINAC_ENUM_NAMES(Strength, {{Strength::None, "none"},
+                            {Strength::Scalar, "scalar"},
+                            {Strength::Vector, "vector"}})
+LINAC_ENUM_NAMES(Write, {{Write::None, "none"},
+                         {Write::Plain, "plain"},
+                         {Write::Scalar, "scalar"},
+                         {Write::Vector, "vector"}})
+LINAC_ENUM_NAMES(ReadOrder, {{ReadOrder::After, "after"},
+                             {ReadOrder::Before, "before"}})
+LINAC_ENUM_NAMES(GateNumerics, {{GateNumerics::None, "none"},
+                                {GateNumerics::ScalarTile, "scalar_tile"},
+                                {GateNumerics::Pairwise, "pairwise"},
+                                {GateNumerics::Subchunk, "subchunk"}})
+LINAC_ENUM_NAMES(StateLayout, {{StateLayout::KeyMajor, "key_major"}})
+LINAC_ENUM_NAMES(DecodeStaging, {{DecodeStaging::Direct, "direct"},
+                                 {DecodeStaging::Bulk, "bulk"},
+                                 {DecodeStaging::Tensor, "tensor"}})
+LINAC_ENUM_NAMES(DecodePlacement, {{DecodePlacement::BodyOrder, "body_order"},
+                                   {DecodePlacement::FirstUse, "first_use"}})
+LINAC_ENUM_NAMES(DecodeKeyRows, {{DecodeKeyRows::Whole, "whole"},
+                                 {DecodeKeyRows::Split, "split"}})
+LINAC_ENUM_NAMES(Role, {{Role::Input, "input"},
+                        {Role::Param, "param"},
+                        {Role::Runtime, "runtime"}})
+LINAC_ENUM_NAMES(Kind, {{Kind::Key, "key"},
+                        {Kind::Value, "value"},
+                        {Kind::Scalar, "scalar"},
+                        {Kind::Matrix, "matrix"},
+                        {Kind::State, "state"},
+                        {Kind::Index, "index"}})
+#undef LINAC_ENUM_NAMES
+
+/// `value`'s name, or "" for a value outside the enum.
+template <typename Enum> std::string_view nameOf(Enum value) {
+  for (const auto &[entry, name] : EnumNames<Enum>::table)
+    if (entry == value)
+      return name;
+  return {};
+}
+
+/// The enumerator called `name`.
+template <typename Enum> std::optional<Enum> parse(std::string_view name) {
+  for (const auto &[entry, entryName] : EnumNames<Enum>::table)
+    if (entryName == name)
+      return entry;
+  return std::nullopt;
+}
+
+/// The names of all of `Enum`'s values, as "a, b or c".
+template <typename Enum> std::string namesOf() {
+  std::string names;
+  size_t count = std::size(EnumNames<Enum>::table);
+  for (size_t i = 0; i < count; ++i)
+    names += std::string(i == 0 ? "" : i + 1 == count ? " or " : ", ") +
+             std::string(EnumNames<Enum>::table[i].second);
+  return names;
+}
+
+/// The bounds a serialiser checks an integer field against on reading.
+struct Bounds {
+  int64_t min = 0, max = std::numeric_limits<int64_t>::max();
+};
+
+/// Key and value dimensions beyond any layer's, small enough that sizes
+/// derived from them stay far from overflow.
+inline constexpr Bounds kDimBounds{1, 1 << 20};
+/// CUDA's limits: 1 to 1024 threads a block, and shared memory sizes the
+/// driver takes as int.
+inline constexpr Bounds kThreadBounds{1, 1024};
+inline constexpr Bounds kSharedMemoryBounds{0, std::numeric_limits<int>::max()};
+
+/// What -linac-normalize found a layer's step to be.
+struct NormalForm {
+  bool chunkable = true;
+  KeyDecay keyDecay = KeyDecay::None;
+  bool valueDecay = false;
+  Strength erase = Strength::None;
+  Write write = Write::None;
+  ReadOrder read = ReadOrder::After;
+  bool normalizer = false;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("chunkable", self.chunkable);
+    visit("key_decay", self.keyDecay);
+    visit("value_decay", self.valueDecay);
+    visit("erase", self.erase);
+    visit("write", self.write);
+    visit("read", self.read);
+    visit("normalizer", self.normalizer);
+  }
+};
+
+/// What -linac-plan chose for a target. GPU-only fields are empty on the
+/// CPU, chunkwise-only ones for a recurrent layer.
+struct Plan {
+  Target target = Target::Cpu;
+  Family family = Family::Recurrent;
+  /// Why a chunkable layer still runs as a recurrent scan.
+  std::optional<std::string> recurrentReason;
+  std::optional<int64_t> chunkSize;
+  std::optional<GateNumerics> gateNumerics;
+  std::optional<int64_t> subchunkSize;
+  /// Inputs the chunkwise kernel copies into shared memory a chunk ahead,
+  /// into their own memory and into the intra-chunk matrices'.
+  std::optional<std::vector<int64_t>> sharedInputs, lateSharedInputs;
+  /// The forward kernel's block (the chunkwise one's where there is one)
+  /// and the recurrent scan's.
+  std::optional<int64_t> blockThreads, sharedMemory, scanBlockThreads;
+  /// Whether fp16 activations take the chunkwise kernel.
+  std::optional<bool> chunkwiseFloat16;
+  StateLayout decodeStateLayout = StateLayout::KeyMajor;
+  std::optional<DecodePlacement> decodePlacement;
+  std::optional<DecodeStaging> decodeStaging;
+  std::optional<DecodeKeyRows> decodeKeyRows;
+  /// Warps a decode item takes, the strips a state splits into, the
+  /// block's threads, its ring's stages and its shared memory.
+  std::optional<int64_t> decodeWarps, decodeParts, decodeBlockThreads,
+      decodeStages, decodeSharedMemory;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("target", self.target);
+    visit("family", self.family);
+    visit("recurrent_reason", self.recurrentReason);
+    visit("chunk_size", self.chunkSize, Bounds{1, 1 << 16});
+    visit("gate_numerics", self.gateNumerics);
+    visit("subchunk_size", self.subchunkSize, Bounds{1, 1 << 16});
+    visit("shared_inputs", self.sharedInputs);
+    visit("late_shared_inputs", self.lateSharedInputs);
+    visit("block_threads", self.blockThreads, kThreadBounds);
+    visit("shared_memory", self.sharedMemory, kSharedMemoryBounds);
+    visit("scan_block_threads", self.scanBlockThreads, kThreadBounds);
+    visit("chunkwise_float16", self.chunkwiseFloat16);
+    visit("decode_state_layout", self.decodeStateLayout);
+    visit("decode_placement", self.decodePlacement);
+    visit("decode_staging", self.decodeStaging);
+    visit("decode_key_rows", self.decodeKeyRows);
+    visit("decode_warps", self.decodeWarps, Bounds{1, 32});
+    visit("decode_parts", self.decodeParts, kDimBounds);
+    visit("decode_block_threads", self.decodeBlockThreads, kThreadBounds);
+    visit("decode_stages", self.decodeStages, Bounds{0, 1024});
+    visit("decode_shared_memory", self.decodeSharedMemory,
+          kSharedMemoryBounds);
+  }
+};
+
+/// Whether a GPU plan's forward pass for activations of `dtype` is the
+/// chunkwise kernel (else the scan): never for fp32, whose values the
+/// tensor cores would round.
+bool chunkwiseFor(const Plan &plan, DType dtype);
+
+/// An input or parameter of the layer, in the kernels' order.
+struct Argument {
+  std::string name;
+  Role role = Role::Input;
+  Kind kind = Kind::Scalar;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("name", self.name);
+    visit("role", self.role);
+    visit("kind", self.kind);
+  }
+};
+
+/// An argument's feature dimensions after [B, T, H] (inputs) or [H]
+/// (parameters): none for a scalar, K, V, or K, V for a matrix.
+std::vector<int64_t> trailingDims(Kind kind, int64_t keyDim, int64_t valueDim);
+/// An argument's shape as people read it, such as "[B, T, H, K]".
+std::string shapeText(Role role, Kind kind);
+
+/// A kernel entry in the package's kernel file. Launch shapes are a CUDA
+/// kernel's.
+struct Kernel {
+  std::string entry, file;
+  DType dtype = DType::Float32;
+  Family family = Family::Recurrent;
+  std::optional<int64_t> blockThreads, sharedMemory;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("entry", self.entry);
+    visit("file", self.file);
+    visit("dtype", self.dtype);
+    visit("family", self.family);
+    visit("block_threads", self.blockThreads, kThreadBounds);
+    visit("shared_memory", self.sharedMemory, kSharedMemoryBounds);
+  }
+};
+
+/// A package's forward kernels in the order the runtime searches them, so
+/// that the first for a dtype is the fastest; `file` holds them all.
+std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file);
+/// A package's decode kernels, one per activation dtype (one entry on the
+/// CPU).
+std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file);
+
+/// New tokens per sequence one decode call takes (speculative decoding).
+inline constexpr int64_t kMaxDecodeTokens = 8;
+
+struct Decode {
+  int64_t maxTokens = kMaxDecodeTokens;
+  StateLayout stateLayout = StateLayout::KeyMajor;
+  std::vector<Kernel> kernels;
+  /// GPU only: strips of value columns a state splits into, and how states
+  /// move through shared memory (tensor: by a map the runtime encodes).
+  std::optional<int64_t> parts;
+  std::optional<DecodeStaging> staging;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("max_tokens", self.maxTokens, Bounds{1, 1 << 16});
+    visit("state_layout", self.stateLayout);
+    visit("kernels", self.kernels);
+    visit("parts", self.parts, kDimBounds);
+    visit("staging", self.staging);
+  }
+};
+
+struct FileRecord {
+  int64_t bytes = 0;
+  std::string sha256;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("bytes", self.bytes);
+    visit("sha256", self.sha256);
+  }
+};
+
+/// What ties the package's files together (docs/runtime.md).
+struct Integrity {
+  /// The hash of every other field of the manifest (contractHash).
+  std::string contract;
+  std::map<std::string, FileRecord> files;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("contract", self.contract);
+    visit("files", self.files);
+  }
+};
+
+struct Manifest {
+  int64_t format = kFormat;
+  std::string compilerVersion;
+  Target target = Target::Cpu;
+  /// The version of the calling convention between the runtime and the
+  /// target's kernels (templates/linac/cpu/abi.h, cuda/abi.h).
+  int64_t abiVersion = 0;
+  std::string specHash, layer;
+  int64_t keyDim = 0, valueDim = 0;
+  NormalForm normalForm;
+  Plan plan;
+  std::vector<Argument> arguments;
+  std::vector<Kernel> kernels;
+  Decode decode;
+  /// The step as a JSON program the fp64 reference interprets.
+  std::string step;
+  /// Empty while the compiler computes the contract.
+  std::optional<Integrity> integrity;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("format", self.format, Bounds{0, std::numeric_limits<int>::max()});
+    visit("compiler_version", self.compilerVersion);
+    visit("target", self.target);
+    visit("abi_version", self.abiVersion,
+          Bounds{0, std::numeric_limits<int>::max()});
+    visit("spec_hash", self.specHash);
+    visit("layer", self.layer);
+    visit("key_dim", self.keyDim, kDimBounds);
+    visit("value_dim", self.valueDim, kDimBounds);
+    visit("normal_form", self.normalForm);
+    visit("plan", self.plan);
+    visit("arguments", self.arguments);
+    visit("kernels", self.kernels);
+    visit("decode", self.decode);
+    visit("step", self.step, JsonText{});
+    visit("integrity", self.integrity);
+  }
+  /// Marks a string field that holds JSON text, written and read as JSON.
+  struct JsonText {};
+
+  /// Columns of a head's state in memory: V, or V + 1 with a normaliser
+  /// (its last column).
+  int64_t stateColumns() const {
+    return valueDim + (normalForm.normalizer ? 1 : 0);
+  }
+};
+
+/// A manifest that does not follow the schema; the message names the field
+/// ("kernels[1].block_threads is 2048; expected ...").
+struct SchemaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Reads manifest.json's text: every field present with its type, every
+/// enum a known name, every integer in its bounds, the format this one.
+/// Throws SchemaError.
+Manifest read(const std::string &text);
+/// The manifest's text, as a package holds it.
+std::string write(const Manifest &manifest);
+
+/// A tensor a call passes besides the layer's inputs and parameters.
+struct RuntimeArgument {
+  std::string name;
+  Kind kind;
+  std::string shape; ///< as people read it
+};
+/// cu_seqlens, the initial and final states and the output; a normaliser
+/// persists as the states' last column.
+std::vector<RuntimeArgument> runtimeArguments(bool normalizer);
+
+} // namespace manifest
+} // namespace linac
+
+#endif // LINAC_MANIFEST_H

@@ -1,0 +1,359 @@
+//===- manifest.cpp - reading and writing manifest.json -------------------===//
+
+#include "linac/manifest.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+#include <type_traits>
+
+namespace linac::manifest {
+namespace {
+
+using nlohmann::json;
+
+template <typename T, typename = void> struct HasFields : std::false_type {};
+template <typename T>
+struct HasFields<T, std::void_t<decltype(T::fields(std::declval<T &>(),
+                                                   std::declval<int (&)(...)>()))>>
+    : std::true_type {};
+
+[[noreturn]] void fail(const std::string &field, const json &value,
+                       const std::string &expected) {
+  throw SchemaError(field + " is " + value.dump() + "; expected " + expected);
+}
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+template <typename T> json toJson(const T &value);
+template <typename T> json toJson(const std::vector<T> &values);
+template <typename T> json toJson(const std::map<std::string, T> &values);
+
+struct Writer {
+  json &object;
+
+  template <typename T>
+  void operator()(const char *key, const T &value, Bounds = {}) {
+    object[key] = toJson(value);
+  }
+  template <typename T>
+  void operator()(const char *key, const std::optional<T> &value, Bounds = {}) {
+    if (value)
+      object[key] = toJson(*value);
+  }
+  void operator()(const char *key, const std::string &text,
+                  Manifest::JsonText) {
+    object[key] = json::parse(text);
+  }
+};
+
+template <typename T> json toJson(const T &value) {
+  if constexpr (std::is_enum_v<T>) {
+    return std::string(nameOf(value));
+  } else if constexpr (HasFields<T>::value) {
+    json object = json::object();
+    T::fields(value, Writer{object});
+    return object;
+  } else {
+    return value;
+  }
+}
+
+template <typename T> json toJson(const std::vector<T> &values) {
+  json array = json::array();
+  for (const T &value : values)
+    array.push_back(toJson(value));
+  return array;
+}
+
+template <typename T> json toJson(const std::map<std::string, T> &values) {
+  json object = json::object();
+  for (const auto &[key, value] : values)
+    object[key] = toJson(value);
+  return object;
+}
+
+//===----------------------------------------------------------------------===//
+// Reading
+//===----------------------------------------------------------------------===//
+
+void fromJson(const json &value, const std::string &field, int64_t &out,
+              Bounds bounds) {
+  // Non-negative JSON integers parse as unsigned: compare them as such.
+  bool inRange =
+      value.is_number_integer() &&
+      (value.is_number_unsigned()
+           ? bounds.min <= 0 || value.get<uint64_t>() >= uint64_t(bounds.min)
+           : value.get<int64_t>() >= bounds.min) &&
+      (value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t(bounds.max)
+                                  : value.get<int64_t>() <= bounds.max);
+  if (!inRange)
+    fail(field, value,
+         "an integer from " + std::to_string(bounds.min) + " to " +
+             std::to_string(bounds.max));
+  out = value.get<int64_t>();
+}
+
+void fromJson(const json &value, const std::string &field, bool &out, Bounds) {
+  if (!value.is_boolean())
+    fail(field, value, "true or false");
+  out = value.get<bool>();
+}
+
+void fromJson(const json &value, const std::string &field, std::string &out,
+              Bounds) {
+  if (!value.is_string())
+    fail(field, value, "a string");
+  out = value.get<std::string>();
+}
+
+template <typename T>
+void fromJson(const json &value, const std::string &field, std::vector<T> &out,
+              Bounds bounds);
+template <typename T>
+void fromJson(const json &value, const std::string &field,
+              std::map<std::string, T> &out, Bounds bounds);
+
+template <typename T>
+std::enable_if_t<std::is_enum_v<T> || HasFields<T>::value>
+fromJson(const json &value, const std::string &field, T &out, Bounds);
+
+struct Reader {
+  const json &object;
+  std::string prefix;
+
+  const json *find(const char *key) const {
+    auto it = object.find(key);
+    return it == object.end() ? nullptr : &*it;
+  }
+  std::string field(const char *key) const { return prefix + key; }
+
+  template <typename T>
+  void operator()(const char *key, T &out, Bounds bounds = {}) const {
+    const json *value = find(key);
+    if (!value)
+      throw SchemaError(field(key) + " is missing");
+    fromJson(*value, field(key), out, bounds);
+  }
+  template <typename T>
+  void operator()(const char *key, std::optional<T> &out,
+                  Bounds bounds = {}) const {
+    out.reset();
+    if (const json *value = find(key))
+      fromJson(*value, field(key), out.emplace(), bounds);
+  }
+  void operator()(const char *key, std::string &out, Manifest::JsonText) const {
+    const json *value = find(key);
+    if (!value)
+      throw SchemaError(field(key) + " is missing");
+    out = value->dump();
+  }
+};
+
+template <typename T>
+std::enable_if_t<std::is_enum_v<T> || HasFields<T>::value>
+fromJson(const json &value, const std::string &field, T &out, Bounds) {
+  if constexpr (std::is_enum_v<T>) {
+    std::optional<T> parsed =
+        value.is_string() ? parse<T>(value.get<std::string>()) : std::nullopt;
+    if (!parsed)
+      fail(field, value, namesOf<T>());
+    out = *parsed;
+  } else {
+    if (!value.is_object())
+      fail(field, value, "an object");
+    T::fields(out, Reader{value, field + "."});
+  }
+}
+
+template <typename T>
+void fromJson(const json &value, const std::string &field, std::vector<T> &out,
+              Bounds bounds) {
+  if (!value.is_array())
+    fail(field, value, "an array");
+  out.clear();
+  for (const json &element : value) {
+    std::string elementField = field + "[" + std::to_string(out.size()) + "]";
+    fromJson(element, elementField, out.emplace_back(), bounds);
+  }
+}
+
+template <typename T>
+void fromJson(const json &value, const std::string &field,
+              std::map<std::string, T> &out, Bounds bounds) {
+  if (!value.is_object())
+    fail(field, value, "an object");
+  out.clear();
+  for (const auto &[key, element] : value.items())
+    fromJson(element, field + "." + key, out[key], bounds);
+}
+
+//===----------------------------------------------------------------------===//
+// What the fields must agree on
+//===----------------------------------------------------------------------===//
+
+bool isGpu(Target target) { return target != Target::Cpu; }
+
+/// A kernel file's name must name a file inside the package.
+void checkFile(const std::string &file, const std::string &field) {
+  if (file.empty() || file == "." || file == ".." ||
+      file.find('/') != std::string::npos)
+    throw SchemaError(field + " '" + file + "' is not a file of the package");
+}
+
+void checkKernels(const Manifest &manifest, const std::vector<Kernel> &kernels,
+                  const std::string &list) {
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const Kernel &kernel = kernels[i];
+    std::string field = list + "[" + std::to_string(i) + "]";
+    checkFile(kernel.file, field + ".file");
+    if (kernel.file != manifest.kernels.front().file)
+      throw SchemaError(field + ".file '" + kernel.file +
+                        "' is not the package's kernel file '" +
+                        manifest.kernels.front().file + "'");
+    if (isGpu(manifest.target) && (!kernel.blockThreads || !kernel.sharedMemory))
+      throw SchemaError(field + " '" + kernel.entry +
+                        "' has no block_threads or shared_memory");
+  }
+}
+
+void checkArguments(const Manifest &manifest) {
+  std::set<std::string> names;
+  bool input = false;
+  for (size_t i = 0; i < manifest.arguments.size(); ++i) {
+    const Argument &arg = manifest.arguments[i];
+    std::string field = "arguments[" + std::to_string(i) + "]";
+    if (arg.name.empty())
+      throw SchemaError(field + ".name is empty");
+    if (!names.insert(arg.name).second)
+      throw SchemaError(field + ".name '" + arg.name + "' appears twice");
+    if (arg.role == Role::Runtime)
+      throw SchemaError(field + ".role of '" + arg.name +
+                        "' is runtime; expected input or param");
+    if (arg.kind == Kind::State || arg.kind == Kind::Index)
+      throw SchemaError(field + ".kind of '" + arg.name + "' is " +
+                        std::string(nameOf(arg.kind)) +
+                        "; expected key, value, scalar or matrix");
+    input |= arg.role == Role::Input;
+  }
+  if (!input)
+    throw SchemaError("arguments has no input");
+}
+
+void checkAgreement(const Manifest &manifest) {
+  if (!manifest.integrity)
+    throw SchemaError("integrity is missing");
+  if (manifest.plan.target != manifest.target)
+    throw SchemaError("plan.target differs from target");
+  checkArguments(manifest);
+  if (manifest.kernels.empty())
+    throw SchemaError("kernels is empty");
+  checkKernels(manifest, manifest.kernels, "kernels");
+  if (manifest.decode.kernels.empty())
+    throw SchemaError("decode.kernels is empty");
+  checkKernels(manifest, manifest.decode.kernels, "decode.kernels");
+  if (isGpu(manifest.target)) {
+    if (!manifest.decode.parts || !manifest.decode.staging)
+      throw SchemaError("decode.parts and decode.staging are a GPU "
+                        "package's");
+    if (manifest.valueDim % *manifest.decode.parts != 0)
+      throw SchemaError("decode.parts " +
+                        std::to_string(*manifest.decode.parts) +
+                        " does not divide value_dim " +
+                        std::to_string(manifest.valueDim));
+  }
+}
+
+} // namespace
+
+bool chunkwiseFor(const Plan &plan, DType dtype) {
+  if (plan.family == Family::Recurrent || dtype == DType::Float32)
+    return false;
+  return dtype == DType::BFloat16 || plan.chunkwiseFloat16.value_or(true);
+}
+
+std::vector<int64_t> trailingDims(Kind kind, int64_t keyDim, int64_t valueDim) {
+  switch (kind) {
+  case Kind::Key:
+    return {keyDim};
+  case Kind::Value:
+    return {valueDim};
+  case Kind::Matrix:
+    return {keyDim, valueDim};
+  default:
+    return {};
+  }
+}
+
+std::string shapeText(Role role, Kind kind) {
+  std::string features = kind == Kind::Key      ? ", K"
+                         : kind == Kind::Value  ? ", V"
+                         : kind == Kind::Matrix ? ", K, V"
+                                                : "";
+  return role == Role::Param ? "[H" + features + "]"
+                             : "[B, T, H" + features + "]";
+}
+
+std::vector<RuntimeArgument> runtimeArguments(bool normalizer) {
+  std::string state = normalizer ? "[N, H, K, V + 1]" : "[N, H, K, V]";
+  return {{"cu_seqlens", Kind::Index, "[N + 1] (optional, B = 1)"},
+          {"initial_state", Kind::State, state + " (optional)"},
+          {"final_state", Kind::State, state},
+          {"o", Kind::Value, "[B, T, H, V]"}};
+}
+
+std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file) {
+  if (plan.target == Target::Cpu)
+    return {{"linac_cpu_forward", file, DType::Float32, plan.family}};
+  std::vector<Kernel> kernels;
+  for (DType dtype : {DType::BFloat16, DType::Float16})
+    if (chunkwiseFor(plan, dtype))
+      kernels.push_back({"linac_chunk_" + std::string(nameOf(dtype)), file,
+                         dtype, plan.family, plan.blockThreads,
+                         plan.sharedMemory});
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16})
+    if (!chunkwiseFor(plan, dtype))
+      kernels.push_back({"linac_scan_" + std::string(nameOf(dtype)), file,
+                         dtype, Family::Recurrent, plan.scanBlockThreads,
+                         int64_t(0)});
+  return kernels;
+}
+
+std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file) {
+  if (plan.target == Target::Cpu)
+    return {{"linac_cpu_decode", file, DType::Float32, Family::Recurrent}};
+  std::vector<Kernel> kernels;
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16})
+    kernels.push_back({"linac_decode_" + std::string(nameOf(dtype)), file,
+                       dtype, Family::Recurrent, plan.decodeBlockThreads,
+                       plan.decodeSharedMemory});
+  return kernels;
+}
+
+Manifest read(const std::string &text) {
+  json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded())
+    throw SchemaError("not valid JSON (truncated or damaged)");
+  if (!object.is_object())
+    throw SchemaError("the manifest is not a JSON object");
+  Manifest manifest;
+  Reader reader{object, ""};
+  // An older or newer format is named before any field it may lack.
+  reader("format", manifest.format,
+         Bounds{0, std::numeric_limits<int>::max()});
+  if (manifest.format != kFormat)
+    throw SchemaError("manifest format " + std::to_string(manifest.format) +
+                      " is not the supported format " +
+                      std::to_string(kFormat) + "; compile the spec again");
+  Manifest::fields(manifest, reader);
+  checkAgreement(manifest);
+  return manifest;
+}
+
+std::string write(const Manifest &manifest) {
+  return toJson(manifest).dump(2) + "\n";
+}
+
+} // namespace linac::manifest

@@ -1,0 +1,255 @@
+//===- linac-run.cpp - run, describe and time packages without MLIR -------===//
+//
+//   linac-run run NAME.linac --inputs DIR --outputs DIR [--decode]  .npy in and out
+//   linac-run describe NAME.linac                     arguments and shapes
+//   linac-run bench NAME.linac... [--shape B,T,H] [--decode]  GPU timings, JSON
+//
+// Built with the runtime alone, so it runs on GPU servers that have no
+// MLIR; `linac run`, `describe` and `bench` forward here.
+//
+//===----------------------------------------------------------------------===//
+
+#include "linac/bench.h"
+#include "linac/npy.h"
+#include "linac/package.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int fail(const std::string &message) {
+  std::cerr << "linac: error: " << message << "\n";
+  return 1;
+}
+
+std::string joined(const std::vector<int64_t> &values) {
+  std::string text;
+  for (int64_t value : values)
+    text += (text.empty() ? "" : ", ") + std::to_string(value);
+  return text;
+}
+
+struct RunOptions {
+  std::string package, inputs, outputs;
+  float scale = 0.0f;
+  bool decode = false;
+
+  std::string path(const std::string &name) const {
+    return inputs + "/" + name + ".npy";
+  }
+};
+
+/// `run --decode`: one decode step on the pool in the inputs folder.
+int decodeStep(const RunOptions &options, const linac::Package &package,
+               const std::map<std::string, linac::HostTensor> &tensors) {
+  for (const char *name : {"state_pool", "state_indices"})
+    if (!fs::exists(options.path(name)))
+      return fail("decode needs " + options.path(name));
+  linac::NpyArray poolArray = linac::readNpy(options.path("state_pool"));
+  std::vector<float> pool = poolArray.toFloat();
+  linac::DecodeRequest request;
+  request.tensors = tensors;
+  request.statePool = pool.data();
+  request.poolShape = poolArray.shape;
+  request.stateIndices =
+      linac::readNpy(options.path("state_indices")).toInt64();
+  request.scale = options.scale;
+  linac::ForwardRequest shapes;
+  shapes.tensors = tensors;
+  linac::ForwardShape shape = package.check(shapes);
+  // Rows of skipped sequences stay zero.
+  std::vector<float> output(shape.batch * shape.tokens * shape.heads *
+                            package.valueDim());
+  request.output = output.data();
+  package.decode(request);
+  fs::create_directories(options.outputs);
+  linac::writeNpy(options.outputs + "/o.npy",
+                  linac::makeFloat32({shape.batch, shape.tokens, shape.heads,
+                                      package.valueDim()},
+                                     output));
+  linac::writeNpy(options.outputs + "/state_pool.npy",
+                  linac::makeFloat32(poolArray.shape, pool));
+  return 0;
+}
+
+int run(const RunOptions &options) {
+  auto package = linac::Package::open(options.package);
+  linac::ForwardRequest request;
+  std::vector<std::vector<float>> storage;
+  for (const linac::manifest::Argument &arg : package->info().arguments) {
+    std::string role(linac::manifest::nameOf(arg.role));
+    if (!fs::exists(options.path(arg.name)))
+      return fail("missing " + role + " '" + arg.name + "': no " +
+                  options.path(arg.name));
+    linac::NpyArray array = linac::readNpy(options.path(arg.name));
+    storage.push_back(array.toFloat());
+    request.tensors[arg.name] = {storage.back().data(), array.shape};
+  }
+  if (options.decode)
+    return decodeStep(options, *package, request.tensors);
+  if (fs::exists(options.path("cu_seqlens")))
+    request.cuSeqlens = linac::readNpy(options.path("cu_seqlens")).toInt64();
+  request.scale = options.scale;
+  linac::ForwardShape shape = package->check(request);
+
+  std::vector<int64_t> stateShape{shape.sequences, shape.heads,
+                                  package->keyDim(), package->stateColumns()};
+  std::vector<float> initial;
+  if (fs::exists(options.path("initial_state"))) {
+    linac::NpyArray array = linac::readNpy(options.path("initial_state"));
+    if (array.shape != stateShape)
+      return fail("initial_state has shape " + array.shapeString() +
+                  ", expected [" + joined(stateShape) + "]");
+    initial = array.toFloat();
+    request.initialState = initial.data();
+  }
+  std::vector<float> output(shape.batch * shape.tokens * shape.heads *
+                            package->valueDim());
+  std::vector<float> finalState(shape.sequences * shape.heads *
+                                package->keyDim() * package->stateColumns());
+  request.output = output.data();
+  request.finalState = finalState.data();
+  package->forward(request);
+
+  fs::create_directories(options.outputs);
+  linac::writeNpy(options.outputs + "/o.npy",
+                  linac::makeFloat32({shape.batch, shape.tokens, shape.heads,
+                                      package->valueDim()},
+                                     output));
+  linac::writeNpy(options.outputs + "/final_state.npy",
+                  linac::makeFloat32(stateShape, finalState));
+  return 0;
+}
+
+int describe(const std::string &path) {
+  auto package = linac::Package::open(path);
+  std::printf("layer @%s for %s, K = %lld, V = %lld\n", package->layer().c_str(),
+              package->target().c_str(), (long long)package->keyDim(),
+              (long long)package->valueDim());
+  for (const linac::ArgumentInfo &arg : package->arguments())
+    std::printf("  %-14s %-8s %-7s %s\n", arg.name.c_str(), arg.role.c_str(),
+                arg.kind.c_str(), arg.shape.c_str());
+  return 0;
+}
+
+struct BenchOptions {
+  std::vector<std::string> packages, shapes;
+  std::string dtype = "bfloat16";
+  int reps = 50;
+  bool decode = false;
+};
+
+int bench(const BenchOptions &options) {
+  std::optional<linac::DType> dtype =
+      linac::manifest::parse<linac::DType>(options.dtype);
+  if (!dtype)
+    return fail("unknown dtype '" + options.dtype +
+                "'; expected bfloat16, float16 or float32");
+  std::vector<linac::bench::Shape> shapes;
+  for (const std::string &text : options.shapes) {
+    linac::bench::Shape shape;
+    char end = 0;
+    if (std::sscanf(text.c_str(), "%" SCNd64 ",%" SCNd64 ",%" SCNd64 "%c",
+                    &shape.batch, &shape.tokens, &shape.heads, &end) != 3 ||
+        shape.batch <= 0 || shape.tokens <= 0 || shape.heads <= 0)
+      return fail("--shape takes B,T,H as positive integers, got '" + text +
+                  "'");
+    shapes.push_back(shape);
+  }
+  if (shapes.empty() && options.decode)
+    shapes = {{64, 1, 16}, {256, 1, 16}};
+  if (shapes.empty())
+    shapes.push_back({});
+  if (options.reps <= 0)
+    return fail("--reps must be positive");
+  std::vector<std::unique_ptr<linac::Package>> packages;
+  for (const std::string &path : options.packages)
+    packages.push_back(linac::Package::open(path));
+  linac::bench::Ceilings ceilings = linac::bench::measureCeilings();
+  for (const auto &package : packages)
+    for (const linac::bench::Shape &shape : shapes) {
+      linac::bench::Result result =
+          options.decode
+              ? linac::bench::decode(*package, shape, *dtype, options.reps)
+              : linac::bench::forward(*package, shape, *dtype, options.reps);
+      std::printf("%s\n", linac::bench::jsonLine(
+                              *package, options.decode ? "decode" : "forward",
+                              shape, *dtype, result, ceilings)
+                              .c_str());
+      std::fflush(stdout);
+    }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app("linac-run: run, describe and time linac packages");
+  app.require_subcommand(1);
+
+  RunOptions runOptions;
+  CLI::App *runCommand =
+      app.add_subcommand("run", "Run a package's forward pass on .npy files");
+  runCommand->add_option("package", runOptions.package, "NAME.linac")
+      ->required();
+  runCommand->add_option("--inputs", runOptions.inputs,
+                         "Directory of <argument>.npy")
+      ->required();
+  runCommand->add_option("--outputs", runOptions.outputs,
+                         "Where o.npy and final_state.npy go")
+      ->required();
+  runCommand->add_option("--scale", runOptions.scale,
+                         "Read scale (default K^-1/2)");
+  runCommand->add_flag(
+      "--decode", runOptions.decode,
+      "A decode step: inputs [B, n, H, ...], state_pool.npy and "
+      "state_indices.npy in; o.npy and the updated state_pool.npy out");
+
+  std::string describePackage;
+  CLI::App *describeCommand =
+      app.add_subcommand("describe", "Print a package's arguments");
+  describeCommand->add_option("package", describePackage, "NAME.linac")
+      ->required();
+
+  BenchOptions benchOptions;
+  CLI::App *benchCommand = app.add_subcommand(
+      "bench", "Time CUDA packages' forward passes on the GPU (JSON lines)");
+  benchCommand->add_option("packages", benchOptions.packages, "NAME.linac...")
+      ->required();
+  benchCommand->add_option("--shape", benchOptions.shapes,
+                           "B,T,H to time (repeatable; default 8,4096,16)");
+  benchCommand->add_option("--dtype", benchOptions.dtype,
+                           "bfloat16, float16 or float32");
+  benchCommand->add_option("--reps", benchOptions.reps,
+                           "Timed runs per case (median)");
+  benchCommand->add_flag("--decode", benchOptions.decode,
+                         "Time decode steps: --shape B,T,H is B sequences of "
+                         "T new tokens (default 64,1,16 and 256,1,16)");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*runCommand)
+      return run(runOptions);
+    if (*describeCommand)
+      return describe(describePackage);
+    return bench(benchOptions);
+  } catch (const linac::Error &e) {
+    return fail(e.what());
+  } catch (const linac::NpyError &e) {
+    return fail(e.what());
+  } catch (const std::bad_alloc &) {
+    return fail("out of memory for the inputs or outputs");
+  }
+}

@@ -1,0 +1,133 @@
+//===- manifest_test.cpp - the manifest's schema --------------------------===//
+
+#include "linac/manifest.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace schema = linac::manifest;
+
+/// A GPU manifest with every optional field of the plan filled.
+schema::Manifest gpuManifest() {
+  schema::Manifest manifest;
+  manifest.compilerVersion = "test";
+  manifest.target = schema::Target::Sm90a;
+  manifest.abiVersion = 3;
+  manifest.layer = "layer";
+  manifest.keyDim = 64;
+  manifest.valueDim = 32;
+  manifest.normalForm.keyDecay = schema::KeyDecay::Vector;
+  manifest.normalForm.erase = schema::Strength::Scalar;
+  manifest.normalForm.write = schema::Write::Vector;
+  schema::Plan &plan = manifest.plan;
+  plan.target = manifest.target;
+  plan.family = schema::Family::DeltaChunkwise;
+  plan.chunkSize = 64;
+  plan.gateNumerics = schema::GateNumerics::Subchunk;
+  plan.subchunkSize = 16;
+  plan.sharedInputs = std::vector<int64_t>{0, 2};
+  plan.lateSharedInputs = std::vector<int64_t>{};
+  plan.blockThreads = 512;
+  plan.sharedMemory = 100000;
+  plan.scanBlockThreads = 32;
+  plan.chunkwiseFloat16 = false;
+  plan.decodePlacement = schema::DecodePlacement::FirstUse;
+  plan.decodeStaging = schema::DecodeStaging::Bulk;
+  plan.decodeKeyRows = schema::DecodeKeyRows::Split;
+  plan.decodeWarps = 16;
+  plan.decodeParts = 1;
+  plan.decodeBlockThreads = 512;
+  plan.decodeStages = 3;
+  plan.decodeSharedMemory = 26112;
+  manifest.arguments = {{"q", schema::Role::Input, schema::Kind::Key},
+                        {"w", schema::Role::Param, schema::Kind::Matrix}};
+  manifest.kernels = schema::forwardKernels(plan, "layer.cubin");
+  manifest.decode.kernels = schema::decodeKernels(plan, "layer.cubin");
+  manifest.decode.parts = plan.decodeParts;
+  manifest.decode.staging = plan.decodeStaging;
+  manifest.step = R"({"ops":[]})";
+  manifest.integrity = schema::Integrity{"abc", {{"layer.cubin", {7, "ff"}}}};
+  return manifest;
+}
+
+TEST(Manifest, WritesWhatItReads) {
+  std::string text = schema::write(gpuManifest());
+  schema::Manifest read = schema::read(text);
+  EXPECT_EQ(schema::write(read), text);
+  EXPECT_EQ(read.plan.decodeKeyRows, schema::DecodeKeyRows::Split);
+  EXPECT_EQ(read.plan.sharedInputs, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(read.integrity->files.at("layer.cubin").bytes, 7);
+}
+
+TEST(Manifest, EmptyOptionalFieldsAreLeftOut) {
+  schema::Manifest manifest = gpuManifest();
+  manifest.plan.subchunkSize.reset();
+  nlohmann::json object = nlohmann::json::parse(schema::write(manifest));
+  EXPECT_FALSE(object["plan"].contains("subchunk_size"));
+  EXPECT_FALSE(schema::read(object.dump()).plan.subchunkSize);
+}
+
+TEST(Manifest, KernelListFollowsThePlan) {
+  schema::Plan plan = gpuManifest().plan;
+  // fp16 takes the scan when the plan says so; fp32 always does.
+  std::vector<std::string> entries;
+  for (const schema::Kernel &kernel : schema::forwardKernels(plan, "k"))
+    entries.push_back(kernel.entry);
+  EXPECT_EQ(entries, (std::vector<std::string>{
+                         "linac_chunk_bfloat16", "linac_scan_float32",
+                         "linac_scan_float16"}));
+  plan.family = schema::Family::Recurrent;
+  EXPECT_FALSE(schema::chunkwiseFor(plan, linac::DType::BFloat16));
+  plan.target = schema::Target::Cpu;
+  EXPECT_EQ(schema::forwardKernels(plan, "layer.so").front().entry,
+            "linac_cpu_forward");
+}
+
+TEST(Manifest, ErrorsNameTheField) {
+  struct Case {
+    std::function<void(nlohmann::json &)> edit;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[](auto &m) { m["plan"]["decode_key_rows"] = "half"; },
+       "plan.decode_key_rows is \"half\"; expected whole or split"},
+      {[](auto &m) { m["plan"]["shared_inputs"] = 3; },
+       "plan.shared_inputs is 3; expected an array"},
+      {[](auto &m) { m["plan"]["shared_inputs"][1] = "x"; },
+       "plan.shared_inputs[1] is \"x\"; expected an integer"},
+      {[](auto &m) { m["normal_form"]["normalizer"] = 0; },
+       "normal_form.normalizer is 0; expected true or false"},
+      {[](auto &m) { m["integrity"]["files"]["layer.cubin"]["sha256"] = 5; },
+       "integrity.files.layer.cubin.sha256 is 5; expected a string"},
+      {[](auto &m) { m["decode"]["kernels"][0].erase("entry"); },
+       "decode.kernels[0].entry is missing"},
+      {[](auto &m) { m["layer"] = nullptr; }, "layer is null; expected a string"},
+      {[](auto &m) { m = nlohmann::json::array(); },
+       "the manifest is not a JSON object"},
+  };
+  for (const Case &c : cases) {
+    nlohmann::json manifest = nlohmann::json::parse(schema::write(gpuManifest()));
+    c.edit(manifest);
+    try {
+      schema::read(manifest.dump());
+      ADD_FAILURE() << "accepted: " << c.message;
+    } catch (const schema::SchemaError &e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_THROW(schema::read("{\"format\": 3"), schema::SchemaError);
+}
+
+TEST(Manifest, ShapesAndTrailingDimensions) {
+  EXPECT_EQ(schema::shapeText(schema::Role::Input, schema::Kind::Matrix),
+            "[B, T, H, K, V]");
+  EXPECT_EQ(schema::shapeText(schema::Role::Param, schema::Kind::Scalar), "[H]");
+  EXPECT_EQ(schema::trailingDims(schema::Kind::Value, 64, 32),
+            (std::vector<int64_t>{32}));
+  EXPECT_EQ(schema::runtimeArguments(true)[2].shape, "[N, H, K, V + 1]");
+}
+
+} // namespace

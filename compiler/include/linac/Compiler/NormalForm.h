@@ -1,6 +1,6 @@
 //===- NormalForm.h - a layer's normal form ---------------------*- C++ -*-===//
 //
-// DESIGN.md section 3: every chunkable step reduces to
+// docs/design.md, the normal form: every chunkable step reduces to
 //   S_t = (I - k_t e_t^T) D_k,t S_{t-1} D_v,t + k_t u_t^T,  o_t = read(S_t, q_t)
 // This analysis finds the SSA values that play each role in a layer's body,
 // or says which op keeps the body out of that form.

@@ -21,8 +21,8 @@ so FLA's time leaves that out. Both are timed without initial or final
 state; the correctness check uses a random initial state and both final
 states. The floor counts every raw input as stored (activations in the
 dtype, parameters float32) plus the output, so gates count at 2 bytes in
-bf16; PERF.md's table counted FLA's key-vector log gates at 4 (--selftest
-shows both).
+bf16; the worked floors of docs/performance.md (the floor of a forward
+pass) count FLA's key-vector log gates at 4 (--selftest shows both).
 
 Setup, on the machine with the compiler:
   mkdir -p .fla && git --git-dir=<a flash-linear-attention clone>/.git \\
@@ -46,7 +46,7 @@ float32 recurrence of the spec (all eleven agreed to 4e-3 in bf16 on an
 H200).
 
 python3 bench/compare_fla.py --selftest checks the floor formula against
-PERF.md's floor column without torch or a GPU.
+the worked floors of docs/performance.md without torch or a GPU.
 """
 
 import argparse
@@ -73,7 +73,8 @@ FLAG = 2e-2  # relative error above which a case is flagged
 
 # ---------------------------------------------------------------- the floor
 def fwd_flops(k, v, c, erase):
-    """FLOPs per token and head of a chunkwise forward pass, chunk c (PERF.md)."""
+    """FLOPs per token and head of a chunkwise forward pass, chunk c
+    (docs/performance.md, the floor of a forward pass)."""
     return 6 * k * v + 4 * c * (k + v) + 2 / 3 * c * c if erase else 4 * k * v + 2 * c * (k + v)
 
 
@@ -191,9 +192,10 @@ def fla_gdn2(x):
 
 
 # Raw values are drawn as f(z), z ~ N(0, 1) in float32 (f = identity unless
-# named), then inputs are cast to the dtype. Log decays are brought near
-# PERF.md's logsigmoid(randn) / 16: with A_log ~ -ln 16, -exp(A_log)
-# softplus(z) is distributed as logsigmoid(z) / 16.
+# named), then inputs are cast to the dtype. Log decays are brought near the
+# logsigmoid(randn) / 16 of the FLA anchors (docs/performance.md, anchors):
+# with A_log ~ -ln 16, -exp(A_log) softplus(z) is distributed as
+# logsigmoid(z) / 16.
 A_LOG = lambda z: 0.25 * z - math.log(16)  # noqa: E731
 DT_BIAS = lambda z: 0.25 * z  # noqa: E731
 GDN_DRAW = {'A_log': A_LOG, 'dt_bias': DT_BIAS}
@@ -351,9 +353,9 @@ def table(rows):
 
 
 def selftest():
-    """The floor against PERF.md's column (B8 T4096 H16, C 64, 4.24 TB/s, 801
-    TFLOP/s), whose gates were stored as FLA took them: key-vector log gates
-    float32, scalar gates and strengths bf16."""
+    """The floor against the worked floors of docs/performance.md (B8 T4096
+    H16, C 64, 4.24 TB/s, 801 TFLOP/s), whose gates are stored as FLA takes
+    them: key-vector log gates float32, scalar gates and strengths bf16."""
     N, H, C = 8 * 4096, 16, 64
     qkvo = N * H * 2 * (2 * K + 2 * V)
     for variant, gate_bytes, erase, want in [

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""flash-linear-attention's decode beside PERF.md's copy ceiling.
+"""flash-linear-attention's decode beside the copy ceiling.
 
 Times FLA's fused recurrent forward, FLA's serving path, at one new token
 for each of B sequences, H heads, K = V = 128, bf16 activations and a
@@ -12,7 +12,8 @@ path, so it reads the initial states and writes new final states, the same
 bytes. Timing is compare_fla.py's: CUDA events, warm-up, the median of
 --runs, L2 cleared before each run; the copy ceiling is measured in the
 same run. The floor counts the state read and written once plus the
-activations (inputs and output), as linac-gpu-check's decode table does,
+activations (inputs and output; docs/performance.md, the floor of a
+decode step), as linac-gpu-check's decode table does,
 so the two tables are comparable when they run on one machine in one call.
 
   PYTHONPATH=$PWD/.fla python3 bench/decode_fla.py --batches 64,256

@@ -267,11 +267,11 @@ struct DecodeStagingPlan {
 /// decode-warps / decode-parts warps each where a strip can hold the step
 /// and a tensor map can move it; the block's groups of item warps each
 /// have a ring of up to three stages, which sm_90a's copy engines fill and
-/// drain. Measured on an H200 at K = V = 128 (bench/NOTES.md, E19-E22):
-/// with no step, strips of 64 columns by tensor copies reached 92% / 77%
-/// of the copy ceiling at B256 / B64, whole states by bulk copies of row
-/// blocks 89% / 75%; with the steps, halves of 8 warps beat whole states
-/// on a group of 16 by 1 to 12 points, and quarters of 4 warps (four
+/// drain. Measured on an H200 at K = V = 128 (bench/history/decode.md,
+/// E19-E22): with no step, strips of 64 columns by tensor copies reached
+/// 92% / 77% of the copy ceiling at B256 / B64, whole states by bulk copies
+/// of row blocks 89% / 75%; with the steps, halves of 8 warps beat whole
+/// states on a group of 16 by 1 to 12 points, and quarters of 4 warps (four
 /// groups hiding each other's steps) beat halves by 1 to 4 (E22, E24).
 /// Other states take whole-state items by bulk copies where their blocks of
 /// rows are whole 16-byte runs, else load directly.
@@ -352,9 +352,9 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // Both lanes of a column pair hold the same key rows. Where the key
     // side takes two or more transcendentals a row, each computes it for
     // half of them and the pair trades halves by shuffles before the state
-    // ops (measured on an H200, bench/NOTES.md E31: GDN-2, two, 88.7% to
-    // 90.3% of the copy ceiling at B256; KDA, one, and Gated DeltaNet,
-    // none, 0.4 to 0.8 points slower).
+    // ops (measured on an H200, bench/history/decode.md, E31: GDN-2, two,
+    // 88.7% to 90.3% of the copy ceiling at B256; KDA, one, and Gated
+    // DeltaNet, none, 0.4 to 0.8 points slower).
     plan.decodeKeyRows = keySideTranscendentals(layer) >= 2
                              ? DecodeKeyRows::Split
                              : DecodeKeyRows::Whole;

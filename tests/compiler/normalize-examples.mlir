@@ -1,4 +1,4 @@
-// The normal form of every example (DESIGN.md section 3).
+// The normal form of every example (docs/design.md, the normal form).
 // RUN: linac-opt %examples/deltanet.mlir -linac-normalize 2>&1 | FileCheck %s --check-prefix=DELTANET
 // RUN: linac-opt %examples/full_matrix_gate.mlir -linac-normalize 2>&1 | FileCheck %s --check-prefix=FULLMATRIXGATE
 // RUN: linac-opt %examples/gated_deltanet.mlir -linac-normalize 2>&1 | FileCheck %s --check-prefix=GATEDDELTANET

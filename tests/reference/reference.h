@@ -1,9 +1,10 @@
 //===- reference.h - fp64 token-by-token reference of a linac step -*- C++ -*-===//
 //
 // Interprets the step program that `linac compile` writes into a package's
-// manifest ("step", see docs in the README) one token at a time in double
-// precision, applying DESIGN.md section 2's primitives literally. It shares
-// no code with the chunked kernels and is what their tests compare against.
+// manifest ("step", see docs/design.md, the package) one token at a time in
+// double precision, applying the primitive transitions of docs/design.md
+// literally. It shares no code with the chunked kernels and is what their
+// tests compare against.
 //
 //===----------------------------------------------------------------------===//
 

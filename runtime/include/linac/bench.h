@@ -2,8 +2,8 @@
 //
 // Times a CUDA package's forward pass with CUDA events on random inputs,
 // and measures the two ceilings its floor is computed from (a
-// device-to-device copy and a bf16 matrix product) in the same process, as
-// PERF.md asks.
+// device-to-device copy and a bf16 matrix product) in the same process
+// (docs/performance.md, two ceilings, measured in every run).
 //
 //===----------------------------------------------------------------------===//
 
@@ -60,7 +60,7 @@ struct Result {
   /// The host's time a call, launches queued behind each other.
   double hostMicroseconds = 0;
   double bytes = 0;        ///< the fewest bytes the pass must move
-  double flops = 0;        ///< PERF.md's FLOP count
+  double flops = 0;        ///< docs/performance.md's FLOP count
   std::string kernel;      ///< the entry that ran
 };
 

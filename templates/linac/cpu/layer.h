@@ -168,7 +168,7 @@ void scanSequence(const linac_cpu_forward_args &args, int64_t seq,
     state.store(args.final_state + stateOffset);
 }
 
-/// The chunkwise algorithm of DESIGN.md section 4 for one sequence and head.
+/// The chunkwise algorithm (docs/design.md) for one sequence and head.
 /// Every gate factor is exp of a difference of cumulative log-gates taken
 /// per pair (t, j) with j <= t, so exponents are never positive and no
 /// cumulative decay or its inverse is formed alone; each token's log-gate is

@@ -1,9 +1,10 @@
 //===- chunk.h - the chunkwise kernel on tensor cores ------------*- C++ -*-===//
 //
-// DESIGN.md section 4 for one (head, sequence) per block of 16 warps, chunk
-// by chunk. Warp w holds the state's value columns of half w / 8 in the role
-// of warp w % 8: in registers in fp32 (role r holds key rows 16r..16r+15),
-// and in shared memory as bf16 for the products that read it.
+// The chunkwise algorithm (docs/design.md) for one (head, sequence) per
+// block of 16 warps, chunk by chunk. Warp w holds the state's value columns
+// of half w / 8 in the role of warp w % 8: in registers in fp32 (role r
+// holds key rows 16r..16r+15), and in shared memory as bf16 for the
+// products that read it.
 // The other products are spread over all 16 warps. Per chunk:
 //   1. each warp runs the generated prologue on its tokens, whose inputs
 //      it copied into shared memory during the previous chunk (as far as

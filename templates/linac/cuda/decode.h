@@ -271,7 +271,7 @@ LINAC_DEVICE void arriveExpecting(uint64_t *barrier, unsigned bytes) {
 /// L2 policies for a state's copies. A state is read and then overwritten
 /// in place a few microseconds later: its lines are kept in L2 from the
 /// read until the write-back, which returns them to the normal order of
-/// eviction (bench/NOTES.md, E44 to E46).
+/// eviction (bench/history/decode.md, E44 to E46).
 LINAC_DEVICE uint64_t keepUntilWrittenPolicy() {
   uint64_t policy;
   asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));

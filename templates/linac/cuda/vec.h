@@ -74,7 +74,7 @@ LINAC_DEVICE float pow_(float a, float b) { return powf(a, b); }
 // their results are bounded by 1 or by |x| + log 2, so the intrinsics'
 // few-ulp errors stay below 1e-6 relative, and the accurate calls' range
 // reductions and slow paths cost GDN-2's decode 7 to 9 points of the copy
-// ceiling (bench/NOTES.md, E23).
+// ceiling (bench/history/decode.md, E23).
 LINAC_DEVICE float sigmoid(float x) {
   return __fdividef(1.0f, 1.0f + __expf(-x));
 }

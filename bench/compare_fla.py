@@ -364,7 +364,7 @@ def selftest():
             ('GDN-2', 4 * K + 2 * K + 2 * V, True, 0.253)]:
         got = floor_ms(qkvo + N * H * gate_bytes, N * H * fwd_flops(K, V, C, erase), 4.24, 801)
         assert round(got, 3) == want, (variant, got, want)
-        print(f'{variant:17s} floor {got:.4f} ms (PERF.md {want})')
+        print(f'{variant:17s} floor {got:.4f} ms (docs/performance.md: {want})')
     print('as this script counts them, bf16 raw inputs:')
     for name, ex in EXAMPLES.items():
         nbytes = min_bytes(ex, 8, 4096, H, 2)

@@ -15,6 +15,8 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <fmt/format.h>
@@ -67,6 +69,82 @@ std::string floatLiteral(double value) {
   return digits + "f";
 }
 
+/// Names generated code may not give a value: C++'s keywords and the names
+/// it uses itself in a function body.
+bool isReservedIdentifier(StringRef name) {
+  static const llvm::StringSet<> reserved = {
+      // C++ keywords.
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand",
+      "bitor", "bool", "break", "case", "catch", "char", "char8_t",
+      "char16_t", "char32_t", "class", "compl", "concept", "const",
+      "consteval", "constexpr", "constinit", "const_cast", "continue",
+      "co_await", "co_return", "co_yield", "decltype", "default", "delete",
+      "do", "double", "dynamic_cast", "else", "enum", "explicit", "export",
+      "extern", "false", "float", "for", "friend", "goto", "if", "inline",
+      "int", "long", "mutable", "namespace", "new", "noexcept", "not",
+      "not_eq", "nullptr", "operator", "or", "or_eq", "private",
+      "protected", "public", "register", "reinterpret_cast", "requires",
+      "return", "short", "signed", "sizeof", "static", "static_assert",
+      "static_cast", "struct", "switch", "template", "this", "thread_local",
+      "throw", "true", "try", "typedef", "typeid", "typename", "union",
+      "unsigned", "using", "virtual", "void", "volatile", "wchar_t", "while",
+      "xor", "xor_eq",
+      // The generated functions' parameters and the names their bodies use.
+      "state", "out", "token", "scale", "read", "Layer", "Token", "Out",
+      "State", "K", "V", "Split", "Gate", "Vec", "WarpVec", "FullVec",
+      "ColumnVec", "MatrixColumn", "KeyRows", "ValueColumns", "MatrixTile",
+      "SplitKeyRows", "loadScalar", "store", "appendNormalizer", "maximum",
+      "minimum", "exp_", "exp2_", "log_", "log2_", "log1p_", "sqrt_", "rsqrt",
+      "tanh_", "abs_", "pow_", "sigmoid", "softplus", "dot", "l2norm"};
+  return reserved.contains(name);
+}
+
+/// Whether `name` has the form of a name the generated code or C++ keeps for
+/// itself: an argument's (arg_q), a constant's (kErase), or one with a
+/// leading or double underscore.
+bool hasReservedForm(StringRef name) {
+  bool constantName =
+      name.size() > 1 && name[0] == 'k' && llvm::isUpper(name[1]);
+  return name.starts_with("arg_") || constantName || name.starts_with("_") ||
+         name.contains("__");
+}
+
+/// The name the spec gave an op's result, which the front end keeps as the
+/// op's NameLoc; empty where it has none.
+StringRef specNameOf(Operation *op) {
+  if (auto named = dyn_cast<NameLoc>(op->getLoc()))
+    return named.getName().getValue();
+  return {};
+}
+
+/// A C++ identifier for each value an op of `layer` makes: the spec's name
+/// where it is one (`kn`), made one where it is not (`v7` for %7, `a_b` for
+/// %a.b, `v_arg_q` for %arg_q, `state_1` for %state), else v<N>; never a
+/// reserved name and never twice.
+llvm::DenseMap<Value, std::string> identifiersOf(LayerOp layer) {
+  llvm::DenseMap<Value, std::string> identifiers;
+  llvm::StringSet<> taken;
+  for (Operation &op : layer.getBody().front()) {
+    if (op.getNumResults() != 1)
+      continue;
+    std::string base;
+    for (char c : specNameOf(&op))
+      base += llvm::isAlnum(c) ? c : '_';
+    if (base.empty())
+      base = "v" + std::to_string(taken.size());
+    else if (llvm::isDigit(base[0]))
+      base = "v" + base;
+    else if (hasReservedForm(base))
+      base = "v_" + base;
+    std::string id = base;
+    for (int n = 1; isReservedIdentifier(id) || taken.contains(id); ++n)
+      id = base + "_" + std::to_string(n);
+    taken.insert(id);
+    identifiers[op.getResult(0)] = id;
+  }
+  return identifiers;
+}
+
 /// Where generated code puts the values that are not state ops.
 enum class Placement {
   /// Arguments first, then every op in body order.
@@ -79,7 +157,8 @@ enum class Placement {
 class BodyEmitter {
 public:
   BodyEmitter(LayerOp layer, const manifest::Plan &plan)
-      : layer(layer), plan(plan), form(deriveNormalForm(layer)) {}
+      : layer(layer), plan(plan), form(deriveNormalForm(layer)),
+        identifiers(identifiersOf(layer)) {}
 
   /// The Layer struct's constants.
   std::string constants(StringRef keyGateConstant);
@@ -96,14 +175,23 @@ public:
 
 private:
   Flavor flavor = kCpuFlavor;
+  /// Each value's C++ identifier in every function.
+  llvm::DenseMap<Value, std::string> identifiers;
+  /// What the function being emitted calls the values it has so far.
   llvm::DenseMap<Value, std::string> names;
   std::string body;
 
   std::string name(Value value) { return names.lookup(value); }
+  /// How the spec names `value`, with its %.
+  std::string specName(Value value);
+  /// A comment holding `ops` as the spec writes them, without types.
+  std::string specComment(ArrayRef<Operation *> ops);
   std::string cppType(Type type) const;
   std::string keyVec();
   std::string valueVec();
-  void line(const std::string &text) { body += "    " + text + "\n"; }
+  void line(const std::string &text, const std::string &comment = "") {
+    body += "    " + text + (comment.empty() ? "" : "  " + comment) + "\n";
+  }
 
   /// Emits the ops that `roots` need, state ops in body order; values
   /// already named (the read in the epilogue) are not recomputed.
@@ -140,6 +228,29 @@ std::string BodyEmitter::keyVec() {
 std::string BodyEmitter::valueVec() {
   return fmt::format(fmt::runtime(flavor.value),
                      layer.getStateType().getValueDim());
+}
+
+std::string BodyEmitter::specName(Value value) {
+  if (auto arg = dyn_cast<BlockArgument>(value))
+    return "%" + (arg == layer.getState() ? std::string("S")
+                                          : layer.getArgumentName(arg).str());
+  StringRef name = specNameOf(value.getDefiningOp());
+  return "%" + (name.empty() ? identifiers.lookup(value) : name.str());
+}
+
+std::string BodyEmitter::specComment(ArrayRef<Operation *> ops) {
+  std::string text;
+  for (Operation *op : ops) {
+    std::string operands;
+    for (Value operand : op->getOperands())
+      operands += (operands.empty() ? " " : ", ") + specName(operand);
+    text += fmt::format("{}{}{}{}", text.empty() ? "// " : "; ",
+                        op->getNumResults() == 1
+                            ? specName(op->getResult(0)) + " = "
+                            : std::string(),
+                        op->getName().getStringRef().str(), operands);
+  }
+  return text;
 }
 
 void BodyEmitter::emitArgument(BlockArgument arg) {
@@ -226,7 +337,8 @@ void BodyEmitter::emitEraseWrite(EraseOp e, WriteOp w) {
   auto [value, weight] = written(w);
   line(fmt::format("state.eraseWrite({}, {}, {}, {});", name(e.getKey()),
                    scaled(e.getStrength(), name(e.getKey()), true), value,
-                   weight));
+                   weight),
+       specComment({e, w}));
   names[w.getResult()] = "state";
 }
 
@@ -239,26 +351,31 @@ void BodyEmitter::emitStateOp(Operation *op) {
                               ? fmt::format("{}::splat({})", keyVec(), name(gk))
                               : name(gk);
         if (!gv)
-          line(fmt::format("state.decay({});", key));
+          line(fmt::format("state.decay({});", key), specComment(op));
         else
-          line(fmt::format("state.decay({}, {});", key, name(gv)));
+          line(fmt::format("state.decay({}, {});", key, name(gv)),
+               specComment(op));
       })
       .Case([&](MatrixGateOp m) {
-        line(fmt::format("state.matrixGate({});", name(m.getGate())));
+        line(fmt::format("state.matrixGate({});", name(m.getGate())),
+             specComment(op));
       })
       .Case([&](EraseOp e) {
         line(fmt::format("state.erase({}, {});", name(e.getKey()),
-                         scaled(e.getStrength(), name(e.getKey()), true)));
+                         scaled(e.getStrength(), name(e.getKey()), true)),
+             specComment(op));
       })
       .Case([&](WriteOp w) {
         auto [value, weight] = written(w);
         line(fmt::format("state.write({}, {}, {});", name(w.getKey()), value,
-                         weight));
+                         weight),
+             specComment(op));
       })
       .Case([&](ReadOp r) {
-        names[r.getOutput()] = fmt::format("v{}", names.size());
+        names[r.getOutput()] = identifiers.lookup(r.getOutput());
         line(fmt::format("const auto {} = state.read({}, scale);",
-                         name(r.getOutput()), name(r.getQuery())));
+                         name(r.getOutput()), name(r.getQuery())),
+             specComment(op));
       });
   for (Value result : op->getResults())
     if (isa<StateType>(result.getType()))
@@ -272,13 +389,13 @@ static bool isPure(Operation &op) {
 }
 
 void BodyEmitter::emitPure(Operation *op) {
-  std::string id = fmt::format("v{}", names.size());
+  std::string id = identifiers.lookup(op->getResult(0));
   std::string value = expression(op);
   if (value.empty()) {
     op->emitError("no backend can lower this op");
     failed = true;
   }
-  line(fmt::format("const auto {} = {};", id, value));
+  line(fmt::format("const auto {} = {};", id, value), specComment(op));
   names[op->getResult(0)] = id;
 }
 

@@ -2,6 +2,8 @@
 
 #include "linac/Compiler/SpecSource.h"
 
+#include "mlir/AsmParser/AsmParser.h"
+#include "mlir/AsmParser/AsmParserState.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Parser/Parser.h"
 
@@ -44,8 +46,27 @@ LogicalResult linac::checkNestingDepth(const llvm::SourceMgr &sourceMgr,
 
 OwningOpRef<ModuleOp> linac::parseSpec(llvm::SourceMgr &sourceMgr,
                                        MLIRContext *context) {
-  if (failed(checkNestingDepth(sourceMgr, sourceMgr.getMainFileID(),
-                               context)))
+  unsigned main = sourceMgr.getMainFileID();
+  if (failed(checkNestingDepth(sourceMgr, main, context)))
     return nullptr;
-  return parseSourceFile<ModuleOp>(sourceMgr, context);
+  Block block;
+  AsmParserState parsed;
+  if (failed(parseAsmSourceFile(sourceMgr, &block, ParserConfig(context),
+                                &parsed)))
+    return nullptr;
+  // The SSA names the spec writes are not part of the IR; keep each as its
+  // op's NameLoc, so that generated code can use them.
+  for (const AsmParserState::OperationDefinition &def : parsed.getOpDefs()) {
+    if (def.resultGroups.size() != 1)
+      continue;
+    llvm::SMRange range = def.resultGroups.front().definition.loc;
+    StringRef name(range.Start.getPointer(),
+                   range.End.getPointer() - range.Start.getPointer());
+    def.op->setLoc(NameLoc::get(StringAttr::get(context, name.ltrim('%')),
+                                def.op->getLoc()));
+  }
+  Location file = FileLineColLoc::get(
+      context, sourceMgr.getMemoryBuffer(main)->getBufferIdentifier(), 0, 0);
+  return detail::constructContainerOpForParserIfNecessary<ModuleOp>(
+      &block, context, file);
 }

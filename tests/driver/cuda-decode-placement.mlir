@@ -19,5 +19,5 @@
 // CHECK-NOT: load(token.input(0))
 // CHECK: state.eraseWrite(
 // CHECK-NEXT: const auto arg_q = SplitKeyRows<128, Split>::load(token.input(0));
-// CHECK-NEXT: const auto [[QN:v[0-9]+]] = l2norm(arg_q, 1e-06f);
-// CHECK-NEXT: state.read([[QN]], scale);
+// CHECK-NEXT: const auto qn = l2norm(arg_q, 1e-06f);  // %qn = linac.l2norm %q
+// CHECK-NEXT: state.read(qn, scale);

@@ -75,14 +75,14 @@
 // SOURCE: static constexpr bool lateSharedInput(int i) {
 // SOURCE-NEXT: constexpr bool flags[] = {false, false, false, false, false};
 // SOURCE: struct Chunk {
-// SOURCE: out.gk = v{{[0-9]+}};
+// SOURCE: out.gk = neg;
 // SOURCE: struct Scan {
 // SOURCE: state.erase(
 // SOURCE: state.write(
 // SOURCE: struct Decode {
 // SOURCE-NEXT: using Split = DecodeSplit<K, V / kDecodeParts, kDecodeWarps, kDecodeStaging == DecodeStaging::Tensor>;
 // SOURCE: KeyRows<16, Split>::load(token.input(0))
-// SOURCE: state.eraseWrite(arg_k, {{.*}} * arg_k, {{.*}} * arg_v, v{{[0-9]+}});
+// SOURCE: state.eraseWrite(arg_k, {{.*}} * arg_k, {{.*}} * arg_v, beta);
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
 // SOURCE: LINAC_CHUNK_KERNEL_BFLOAT16(Layer)
 // SOURCE-NEXT: LINAC_CHUNK_KERNEL_FLOAT16(Layer)

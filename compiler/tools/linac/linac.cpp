@@ -1,6 +1,7 @@
 //===- linac.cpp - the linac compiler driver ------------------------------===//
 //
 //   linac compile SPEC --target cpu|sm_90a|sm_80 -o NAME.linac   spec -> package
+//   linac compile SPEC --emit=mlir|normal|plan|source            a stage, printed
 //   linac run|describe|bench ...   forwarded to linac-run, which needs no MLIR
 //
 //===----------------------------------------------------------------------===//
@@ -16,6 +17,7 @@
 #include "linac/manifest.h"
 
 #include "PackageOutput.h"
+#include "Toolchain.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -28,7 +30,6 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/Program.h"
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/Signals.h"
 #include "llvm/Support/SourceMgr.h"
@@ -48,6 +49,10 @@ namespace cl = llvm::cl;
 namespace fs = llvm::sys::fs;
 
 static constexpr const char *kCompilerVersion = "0.1.0";
+
+/// What `linac compile` produces: the IR after a stage, the generated
+/// source (no host compiler needed), or the package.
+enum class Emit { Mlir, Normal, Plan, Source, Package };
 /// The calling conventions of templates/linac/cpu/abi.h and cuda/abi.h.
 static constexpr int kCpuAbiVersion = LINAC_CPU_ABI_VERSION;
 static constexpr int kCudaAbiVersion = LINAC_CUDA_ABI_VERSION;
@@ -69,6 +74,17 @@ static cl::opt<int64_t> decodeParts(
     cl::desc("Strips of value columns a GPU decode item holds: 1, 2 or 4 "
              "(the default)"),
     cl::init(4), cl::sub(compileCommand));
+static cl::opt<Emit> emitStage(
+    "emit", cl::desc("What to produce (printed, except the package)"),
+    cl::values(clEnumValN(Emit::Mlir, "mlir", "the parsed and verified spec"),
+               clEnumValN(Emit::Normal, "normal",
+                          "the spec with its normal form"),
+               clEnumValN(Emit::Plan, "plan", "the spec with its plan"),
+               clEnumValN(Emit::Source, "source",
+                          "the generated C++ or CUDA C++"),
+               clEnumValN(Emit::Package, "package",
+                          "the package (the default)")),
+    cl::init(Emit::Package), cl::sub(compileCommand));
 static cl::opt<std::string> outputPath("o", cl::desc("Package directory"),
                                        cl::value_desc("NAME.linac"),
                                        cl::sub(compileCommand));
@@ -82,164 +98,49 @@ static int fail(const std::string &message) {
   return 1;
 }
 
-static std::string templatesDir() {
-  if (const char *dir = std::getenv("LINAC_TEMPLATES"))
-    return dir;
-  return LINAC_TEMPLATES_DIR;
-}
-
-/// How a target's generated source becomes its kernel file.
-struct Toolchain {
-  std::string program; ///< the compiler's path
-  std::vector<std::string> flags;
-  std::string source, kernel; ///< file names inside the package
-};
-
-static FailureOr<Toolchain> toolchainFor(StringRef target) {
-  Toolchain tools;
-  std::string include = "-I" + templatesDir();
-  const char *override = std::getenv(target == "cpu" ? "CXX" : "NVCC");
-  StringRef name = override ? override : target == "cpu" ? "c++" : "nvcc";
-  if (name.contains('/') && !fs::can_execute(name)) {
-    fail(fmt::format("{} (from {}) is not an executable", name.str(),
-                     target == "cpu" ? "CXX" : "NVCC"));
-    return failure();
-  }
-  llvm::ErrorOr<std::string> program = llvm::sys::findProgramByName(name);
-  if (!program && target != "cpu")
-    program = llvm::sys::findProgramByName(name, {"/usr/local/cuda/bin"});
-  if (!program) {
-    fail(target == "cpu" ? "no host C++ compiler found (set CXX)"
-                         : "no nvcc found on PATH or in /usr/local/cuda/bin "
-                           "(set NVCC)");
-    return failure();
-  }
-  tools.program = *program;
-  if (target == "cpu") {
-    tools.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", include};
-    tools.source = "layer.cpp";
-    tools.kernel = "layer.so";
-  } else {
-    // The a-suffixed targets need -gencode: -arch=sm_90a also runs a plain
-    // sm_90 pass.
-    std::string arch = target.drop_front(3).str();
-    // 177: the Layer's constants the CUDA templates leave unread.
-    tools.flags = {"-std=c++17", "-O3", "-cubin", "-lineinfo",
-                   "-diag-suppress=177",
-                   fmt::format("-gencode=arch=compute_{0},code=sm_{0}", arch),
-                   include};
-    tools.source = "layer.cu";
-    tools.kernel = "layer.cubin";
-  }
-  return tools;
-}
-
-/// Runs `program args...`, returning its exit status; its output goes to
-/// `capture` when given.
-static int execute(const std::string &program,
-                   const std::vector<std::string> &args, std::string &error,
-                   StringRef capture = "") {
-  SmallVector<StringRef> argv{program};
-  for (const std::string &arg : args)
-    argv.push_back(arg);
-  std::optional<StringRef> redirects[] = {std::nullopt, capture, capture};
-  if (capture.empty())
-    return llvm::sys::ExecuteAndWait(program, argv, std::nullopt, {}, 0, 0,
-                                     &error);
-  return llvm::sys::ExecuteAndWait(program, argv, std::nullopt, redirects, 0,
-                                   0, &error);
-}
-
-static std::string readFile(const std::string &path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  return buffer ? (*buffer)->getBuffer().str() : std::string();
-}
-
-/// Everything a kernel file depends on besides the spec: the templates'
-/// text, the toolchain's flags and its own version.
-static std::string toolchainFingerprint(const Toolchain &tools) {
-  std::string text = tools.program;
-  for (const std::string &flag : tools.flags)
-    text += " " + flag;
-  SmallString<128> versionFile;
-  if (!fs::createTemporaryFile("linac-version", "txt", versionFile)) {
-    linac::output::Temporary temporary(versionFile.str().str());
-    std::string error;
-    execute(tools.program, {"--version"}, error, versionFile);
-    text += readFile(temporary.path());
-  }
-  std::vector<std::string> templates;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(templatesDir(), ec), end;
-       it != end && !ec; it.increment(ec))
-    if (it->type() == fs::file_type::regular_file)
-      templates.push_back(it->path());
-  llvm::sort(templates);
-  for (const std::string &path : templates)
-    text += path + readFile(path);
-  return text;
-}
-
-static std::string cacheDir() {
-  if (const char *dir = std::getenv("LINAC_CACHE_DIR"))
-    return dir;
-  SmallString<128> path;
-  if (const char *xdg = std::getenv("XDG_CACHE_HOME"))
-    path = xdg;
-  else if (!llvm::sys::path::home_directory(path))
-    return "";
-  else
-    llvm::sys::path::append(path, ".cache");
-  llvm::sys::path::append(path, "linac");
-  return path.str().str();
-}
-
-/// Compiles `source` into `kernel`, or copies the kernel a previous
-/// compilation of the same source with the same toolchain left in the cache.
-/// Cache entries are written to a private name and renamed, so processes
-/// compiling the same spec at once never see a partial file.
-static LogicalResult buildKernel(const Toolchain &tools, StringRef source,
-                                 StringRef kernel, StringRef sourceText) {
-  std::string key = llvm::toHex(
-      llvm::SHA256::hash(llvm::arrayRefFromStringRef(
-          toolchainFingerprint(tools) + "\n" + sourceText.str())),
-      true);
-  std::string cache = cacheDir();
-  std::string cached = cache.empty() ? "" : cache + "/" + key;
-  if (!cached.empty() && fs::exists(cached) && !fs::copy_file(cached, kernel))
-    return success();
-
-  std::vector<std::string> args = tools.flags;
-  for (StringRef arg : {source, StringRef("-o"), kernel})
-    args.push_back(arg.str());
-  std::string error;
-  if (execute(tools.program, args, error) != 0) {
-    fail(fmt::format("{} failed on {} {}", tools.program, source.str(), error));
-    return failure();
-  }
-  if (!cached.empty() && !fs::create_directories(cache)) {
-    linac::output::Temporary staging(
-        fmt::format("{}.tmp{}", cached, getpid()));
-    if (!fs::copy_file(kernel, staging.path()) &&
-        !fs::rename(staging.path(), cached))
-      staging.release();
-  }
-  return success();
-}
-
 /// The size and SHA-256 of the kernel file at `path` (docs/runtime.md).
 static linac::manifest::FileRecord recordOf(const std::string &path) {
-  std::string bytes = readFile(path);
+  std::string bytes = linac::toolchain::readFile(path);
   return {int64_t(bytes.size()), linac::sha256Hex(bytes)};
+}
+
+/// The manifest of `layer`'s package, without its integrity: what the
+/// runtime needs to check and launch the kernels in the file `kernelFile`.
+static linac::manifest::Manifest
+manifestOf(linac::LayerOp layer, const linac::manifest::NormalForm &form,
+           const linac::manifest::Plan &plan, const std::string &specHash,
+           const std::string &kernelFile) {
+  namespace manifest = linac::manifest;
+  manifest::Manifest contents;
+  contents.compilerVersion = kCompilerVersion;
+  contents.target = plan.target;
+  contents.abiVersion = plan.target == manifest::Target::Cpu ? kCpuAbiVersion
+                                                             : kCudaAbiVersion;
+  contents.specHash = specHash;
+  contents.layer = layer.getSymName().str();
+  contents.keyDim = layer.getStateType().getKeyDim();
+  contents.valueDim = layer.getStateType().getValueDim();
+  contents.normalForm = form;
+  contents.plan = plan;
+  for (BlockArgument arg : layer.getBody().getArguments().drop_front())
+    contents.arguments.push_back(
+        {layer.getArgumentName(arg).str(),
+         layer.isParam(arg) ? manifest::Role::Param : manifest::Role::Input,
+         linac::kindOf(arg.getType())});
+  contents.kernels = manifest::forwardKernels(plan, kernelFile);
+  contents.decode.kernels = manifest::decodeKernels(plan, kernelFile);
+  // With tensor staging the runtime encodes a tensor map of each call's
+  // pool for the kernel (linac_cuda_decode_args::state_map).
+  contents.decode.parts = plan.decodeParts;
+  contents.decode.staging = plan.decodeStaging;
+  contents.step = linac::emitStepProgram(layer);
+  return contents;
 }
 
 static int compile() {
   if (targetName != "cpu" && targetName != "sm_90a" && targetName != "sm_80")
     return fail("unknown target '" + targetName +
                 "'; expected cpu, sm_90a or sm_80");
-  FailureOr<Toolchain> tools = toolchainFor(targetName);
-  if (failed(tools))
-    return 1;
   MLIRContext context;
   context.printOpOnDiagnostic(false);
   context.loadDialect<linac::LinacDialect, arith::ArithDialect,
@@ -260,11 +161,28 @@ static int compile() {
                             specPath.getValue(), layers.size()));
   linac::LayerOp layer = layers.front();
 
-  PassManager pm(&context);
-  pm.addPass(linac::createLinacNormalize());
-  pm.addPass(linac::createLinacPlan({targetName, decodeWarps, decodeParts}));
-  if (failed(pm.run(*module)))
-    return 1;
+  // Runs each stage's pass; the command ends with the module printed after
+  // the stage --emit asks for, or with the status of a pass that failed.
+  std::optional<int> status;
+  auto stage = [&](std::unique_ptr<Pass> pass, Emit emitted) {
+    if (status)
+      return;
+    PassManager pm(&context);
+    if (pass)
+      pm.addPass(std::move(pass));
+    if (failed(pm.run(*module)))
+      status = 1;
+    else if (emitStage == emitted) {
+      llvm::outs() << *module << "\n";
+      status = 0;
+    }
+  };
+  stage(nullptr, Emit::Mlir);
+  stage(linac::createLinacNormalize(), Emit::Normal);
+  stage(linac::createLinacPlan({targetName, decodeWarps, decodeParts}),
+        Emit::Plan);
+  if (status)
+    return *status;
   FailureOr<linac::manifest::NormalForm> form = linac::getNormalForm(layer);
   FailureOr<linac::manifest::Plan> plan = linac::getPlan(layer);
   if (failed(form) || failed(plan))
@@ -274,6 +192,14 @@ static int compile() {
                                       : linac::emitCudaSource(layer, *plan);
   if (failed(source))
     return 1;
+  if (emitStage == Emit::Source) {
+    llvm::outs() << *source;
+    return 0;
+  }
+  std::optional<linac::toolchain::Toolchain> tools =
+      linac::toolchain::find(targetName, error);
+  if (!tools)
+    return fail(error);
 
   std::string normalized;
   llvm::raw_string_ostream(normalized) << *module;
@@ -298,45 +224,28 @@ static int compile() {
     return success();
   };
 
-  namespace manifest = linac::manifest;
-  manifest::Manifest contents;
-  contents.compilerVersion = kCompilerVersion;
-  contents.target = plan->target;
-  contents.abiVersion = cpu ? kCpuAbiVersion : kCudaAbiVersion;
-  contents.specHash = hash;
-  contents.layer = layer.getSymName().str();
-  contents.keyDim = layer.getStateType().getKeyDim();
-  contents.valueDim = layer.getStateType().getValueDim();
-  contents.normalForm = *form;
-  contents.plan = *plan;
-  for (BlockArgument arg : layer.getBody().getArguments().drop_front())
-    contents.arguments.push_back(
-        {layer.getArgumentName(arg).str(),
-         layer.isParam(arg) ? manifest::Role::Param : manifest::Role::Input,
-         linac::kindOf(arg.getType())});
-  contents.kernels = manifest::forwardKernels(*plan, tools->kernel);
-  contents.decode.kernels = manifest::decodeKernels(*plan, tools->kernel);
-  // With tensor staging the runtime encodes a tensor map of each call's
-  // pool for the kernel (linac_cuda_decode_args::state_map).
-  contents.decode.parts = plan->decodeParts;
-  contents.decode.staging = plan->decodeStaging;
-  contents.step = linac::emitStepProgram(layer);
+  linac::manifest::Manifest contents =
+      manifestOf(layer, *form, *plan, hash, tools->kernel);
   // The kernel file carries the hash of the manifest's contract, and the
   // manifest the kernel file's size and hash.
-  std::string contract = linac::contractHash(manifest::write(contents));
+  std::string contract =
+      linac::contractHash(linac::manifest::write(contents));
   *source += linac::emitContract(contract);
   auto writeManifest = [&] {
-    contents.integrity = manifest::Integrity{
+    contents.integrity = linac::manifest::Integrity{
         contract,
         {{tools->kernel, recordOf(staging.path() + "/" + tools->kernel)}}};
-    return write("manifest.json", manifest::write(contents));
+    return write("manifest.json", linac::manifest::write(contents));
   };
 
   if (failed(write(tools->source, *source)) ||
-      failed(write("layer.mlir", normalized)) ||
-      failed(buildKernel(*tools, staging.path() + "/" + tools->source,
-                         staging.path() + "/" + tools->kernel, *source)) ||
-      failed(writeManifest()))
+      failed(write("layer.mlir", normalized)))
+    return fail("could not write the package " + out);
+  if (!linac::toolchain::build(*tools, staging.path() + "/" + tools->source,
+                               staging.path() + "/" + tools->kernel, *source,
+                               error))
+    return fail(error);
+  if (failed(writeManifest()))
     return fail("could not write the package " + out);
   std::string installError = linac::output::install(staging, out);
   if (!installError.empty())

@@ -1,0 +1,164 @@
+//===- Toolchain.cpp - from generated source to a kernel file -------------===//
+
+#include "Toolchain.h"
+#include "PackageOutput.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/SHA256.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <unistd.h>
+
+using namespace linac;
+using toolchain::Toolchain;
+using toolchain::readFile;
+using llvm::SmallString;
+using llvm::SmallVector;
+using llvm::StringRef;
+namespace fs = llvm::sys::fs;
+
+/// The templates the generated source includes.
+static std::string templatesDir() {
+  if (const char *dir = std::getenv("LINAC_TEMPLATES"))
+    return dir;
+  return LINAC_TEMPLATES_DIR;
+}
+
+std::optional<Toolchain> toolchain::find(StringRef target,
+                                        std::string &error) {
+  Toolchain tools;
+  std::string include = "-I" + templatesDir();
+  const char *override = std::getenv(target == "cpu" ? "CXX" : "NVCC");
+  StringRef name = override ? override : target == "cpu" ? "c++" : "nvcc";
+  if (name.contains('/') && !fs::can_execute(name)) {
+    error = fmt::format("{} (from {}) is not an executable", name.str(),
+                        target == "cpu" ? "CXX" : "NVCC");
+    return std::nullopt;
+  }
+  llvm::ErrorOr<std::string> program = llvm::sys::findProgramByName(name);
+  if (!program && target != "cpu")
+    program = llvm::sys::findProgramByName(name, {"/usr/local/cuda/bin"});
+  if (!program) {
+    error = target == "cpu" ? "no host C++ compiler found (set CXX)"
+                            : "no nvcc found on PATH or in /usr/local/cuda/bin "
+                              "(set NVCC)";
+    return std::nullopt;
+  }
+  tools.program = *program;
+  if (target == "cpu") {
+    tools.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", include};
+    tools.source = "layer.cpp";
+    tools.kernel = "layer.so";
+  } else {
+    // The a-suffixed targets need -gencode: -arch=sm_90a also runs a plain
+    // sm_90 pass.
+    std::string arch = target.drop_front(3).str();
+    // 177: the Layer's constants the CUDA templates leave unread.
+    tools.flags = {"-std=c++17", "-O3", "-cubin", "-lineinfo",
+                   "-diag-suppress=177",
+                   fmt::format("-gencode=arch=compute_{0},code=sm_{0}", arch),
+                   include};
+    tools.source = "layer.cu";
+    tools.kernel = "layer.cubin";
+  }
+  return tools;
+}
+
+/// Runs `program args...`, returning its exit status; its output goes to
+/// `capture` when given.
+static int execute(const std::string &program,
+                   const std::vector<std::string> &args, std::string &error,
+                   StringRef capture = "") {
+  SmallVector<StringRef> argv{program};
+  for (const std::string &arg : args)
+    argv.push_back(arg);
+  std::optional<StringRef> redirects[] = {std::nullopt, capture, capture};
+  if (capture.empty())
+    return llvm::sys::ExecuteAndWait(program, argv, std::nullopt, {}, 0, 0,
+                                     &error);
+  return llvm::sys::ExecuteAndWait(program, argv, std::nullopt, redirects, 0,
+                                   0, &error);
+}
+
+std::string toolchain::readFile(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  return buffer ? (*buffer)->getBuffer().str() : std::string();
+}
+
+/// Everything a kernel file depends on besides the spec: the templates'
+/// text, the toolchain's flags and its own version.
+static std::string toolchainFingerprint(const Toolchain &tools) {
+  std::string text = tools.program;
+  for (const std::string &flag : tools.flags)
+    text += " " + flag;
+  SmallString<128> versionFile;
+  if (!fs::createTemporaryFile("linac-version", "txt", versionFile)) {
+    linac::output::Temporary temporary(versionFile.str().str());
+    std::string error;
+    execute(tools.program, {"--version"}, error, versionFile);
+    text += readFile(temporary.path());
+  }
+  std::vector<std::string> templates;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(templatesDir(), ec), end;
+       it != end && !ec; it.increment(ec))
+    if (it->type() == fs::file_type::regular_file)
+      templates.push_back(it->path());
+  llvm::sort(templates);
+  for (const std::string &path : templates)
+    text += path + readFile(path);
+  return text;
+}
+
+static std::string cacheDir() {
+  if (const char *dir = std::getenv("LINAC_CACHE_DIR"))
+    return dir;
+  SmallString<128> path;
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"))
+    path = xdg;
+  else if (!llvm::sys::path::home_directory(path))
+    return "";
+  else
+    llvm::sys::path::append(path, ".cache");
+  llvm::sys::path::append(path, "linac");
+  return path.str().str();
+}
+
+bool toolchain::build(const Toolchain &tools, StringRef source,
+                      StringRef kernel, StringRef sourceText,
+                      std::string &error) {
+  std::string key = llvm::toHex(
+      llvm::SHA256::hash(llvm::arrayRefFromStringRef(
+          toolchainFingerprint(tools) + "\n" + sourceText.str())),
+      true);
+  std::string cache = cacheDir();
+  std::string cached = cache.empty() ? "" : cache + "/" + key;
+  if (!cached.empty() && fs::exists(cached) && !fs::copy_file(cached, kernel))
+    return true;
+
+  std::vector<std::string> args = tools.flags;
+  for (StringRef arg : {source, StringRef("-o"), kernel})
+    args.push_back(arg.str());
+  std::string why;
+  if (execute(tools.program, args, why) != 0) {
+    error = fmt::format("{} failed on {} {}", tools.program, source.str(), why);
+    return false;
+  }
+  if (!cached.empty() && !fs::create_directories(cache)) {
+    linac::output::Temporary staging(
+        fmt::format("{}.tmp{}", cached, getpid()));
+    if (!fs::copy_file(kernel, staging.path()) &&
+        !fs::rename(staging.path(), cached))
+      staging.release();
+  }
+  return true;
+}
+

@@ -1,0 +1,46 @@
+//===- Toolchain.h - from generated source to a kernel file -----*- C++ -*-===//
+//
+// `linac compile` builds a cpu package's layer.so with the host compiler and
+// a GPU package's layer.cubin with nvcc, and caches kernel files by a hash
+// of everything they depend on.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_TOOLS_TOOLCHAIN_H
+#define LINAC_TOOLS_TOOLCHAIN_H
+
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace linac::toolchain {
+
+/// How a target's generated source becomes its kernel file.
+struct Toolchain {
+  std::string program; ///< the compiler's path
+  std::vector<std::string> flags;
+  std::string source, kernel; ///< file names inside the package
+};
+
+/// The host compiler (CXX, default c++) for cpu, nvcc (NVCC, else on the
+/// PATH or in /usr/local/cuda/bin) for sm_90a and sm_80; or sets `error`.
+std::optional<Toolchain> find(llvm::StringRef target, std::string &error);
+
+/// Compiles the file `source`, whose text is `sourceText`, into `kernel`,
+/// or copies the kernel an earlier compilation of the same text with the
+/// same toolchain and templates left in the cache (LINAC_CACHE_DIR, else
+/// $XDG_CACHE_HOME/linac or ~/.cache/linac). Cache entries are written under
+/// a private name and renamed, so processes compiling the same spec at once
+/// never see a partial file. Returns false and sets `error` on failure.
+bool build(const Toolchain &tools, llvm::StringRef source,
+           llvm::StringRef kernel, llvm::StringRef sourceText,
+           std::string &error);
+
+/// A file's bytes, or "" where it cannot be read.
+std::string readFile(const std::string &path);
+
+} // namespace linac::toolchain
+
+#endif // LINAC_TOOLS_TOOLCHAIN_H

@@ -1,0 +1,64 @@
+// linac compile --emit prints a stage of the pipeline instead of building a
+// package, and the generated source names values as the spec does.
+// RUN: linac compile %s --emit=mlir | FileCheck %s --check-prefix=MLIR
+// RUN: linac compile %s --emit=normal | FileCheck %s --check-prefix=NORMAL
+// RUN: linac compile %s --emit=plan --target sm_90a | FileCheck %s --check-prefix=PLAN
+// RUN: linac compile %s --emit=source | FileCheck %s --check-prefix=SOURCE
+// A GPU's source needs no nvcc.
+// RUN: env NVCC=/nonexistent/nvcc linac compile %s --emit=source --target sm_90a | FileCheck %s --check-prefix=CUDA
+// RUN: linac compile %examples/gdn2.mlir --emit=source | FileCheck %s --check-prefix=GDN2
+// RUN: not linac compile %s --emit=binary 2>&1 | FileCheck %s --check-prefix=BADEMIT
+
+// MLIR: linac.layer @names
+// MLIR-NOT: linac.normal_form
+// NORMAL: linac.normal_form = {
+// NORMAL-NOT: linac.plan
+// PLAN: linac.plan = {{{.*}}target = "sm_90a"}
+// BADEMIT: Cannot find option named 'binary'
+
+// Spec names that C++ or the generated code reserve, or that are not
+// identifiers, get a suffix or a prefix; the others stay as written.
+// SOURCE: const auto state_1 = l2norm(arg_k, 1e-06f);  // %state = linac.l2norm %k
+// SOURCE-NEXT: const auto read_1 = sigmoid(arg_b);  // %read = linac.sigmoid %b
+// SOURCE-NEXT: const auto v7 = -read_1;  // %7 = arith.negf %read
+// SOURCE-NEXT: const auto float_1 = arg_g + v7;  // %float = arith.addf %g, %7
+// SOURCE-NEXT: const auto v_arg_q = l2norm(arg_q, 1e-06f);  // %arg_q = linac.l2norm %q
+// SOURCE-NEXT: const auto zero = 0.0f;  // %zero = arith.constant
+// SOURCE-NEXT: const auto my_gate = minimum(float_1, zero);  // %my.gate = arith.minimumf %float, %zero
+// SOURCE: state.decay(Vec<16>::splat(my_gate));  // %S1 = linac.decay %S, %my.gate
+// SOURCE-NEXT: state.erase(state_1, Vec<16>::splat(read_1) * state_1);  // %S2 = linac.erase %S1, %state, %read
+// SOURCE-NEXT: state.write(state_1, arg_v, 1.0f);  // %S3 = linac.write %S2, %state, %v
+// SOURCE-NEXT: const auto o = state.read(v_arg_q, scale);  // %o = linac.read %S3, %arg_q
+
+// CUDA: #include "linac/cuda/layer.h"
+// CUDA: const auto state_1 = l2norm(arg_k, 1e-06f);  // %state = linac.l2norm %k
+// Decode fuses an erase and the write with its key into one op.
+// CUDA: struct Decode {
+// CUDA: state.eraseWrite(state_1, {{.*}}, arg_v, 1.0f);  // %S2 = linac.erase %S1, %state, %read; %S3 = linac.write %S2, %state, %v
+
+// GDN2: const auto kn = l2norm(arg_k, 1e-06f);  // %kn = linac.l2norm %k
+// GDN2: const auto erase = sigmoid(arg_b);  // %erase = linac.sigmoid %b
+// GDN2-NEXT: const auto write = sigmoid(arg_w);  // %write = linac.sigmoid %w
+// GDN2: state.decay(log_a);  // %S1 = linac.decay %S, %log_a
+// GDN2-NEXT: state.erase(kn, erase * kn);  // %S2 = linac.erase %S1, %kn, %erase
+// GDN2-NEXT: state.write(kn, write * arg_v, 1.0f);  // %S3 = linac.write %S2, %kn, %v, %write
+
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+
+linac.layer @names(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %g : f32, %b : f32) {
+  %state = linac.l2norm %k : !key
+  %read = linac.sigmoid %b : f32
+  %7 = arith.negf %read : f32
+  %float = arith.addf %g, %7 : f32
+  %arg_q = linac.l2norm %q : !key
+  %zero = arith.constant 0.0 : f32
+  %my.gate = arith.minimumf %float, %zero : f32
+  %S1 = linac.decay %S key(%my.gate : f32) : !state
+  %S2 = linac.erase %S1, %state strength(%read : f32) : !state, !key
+  %S3 = linac.write %S2, %state, %v : !state, !key, !value
+  %o = linac.read %S3, %arg_q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
+}

@@ -1,0 +1,170 @@
+//===- device.cpp - running CUDA packages ---------------------------------===//
+//
+// The forward pass and decode steps of an sm_90a or sm_80 package: device
+// pointers checked, arguments packed as templates/linac/cuda/abi.h lays them
+// out, kernels launched through the driver loaded at run time.
+//
+//===----------------------------------------------------------------------===//
+
+#include "linac/package.h"
+
+#include "checks.h"
+#include "cuda_driver.h"
+#include "linac/cuda/abi.h"
+
+#include <cstring>
+
+namespace linac {
+
+using namespace detail;
+
+/// Refuses a pointer the driver does not know as device or managed memory.
+static void requireDeviceMemory(const void *data, const std::string &what) {
+  if (data && !cuda::isDeviceMemory(data))
+    throw argumentError(what + " is a host pointer; pass device memory");
+}
+
+template <typename Args>
+void Package::deviceArguments(const std::map<std::string, DeviceTensor> &tensors,
+                              int64_t heads, void *output, float scale,
+                              Args &args) const {
+  args.num_heads = heads;
+  requireDeviceMemory(output, "output");
+  args.output = output;
+  args.scale = scaleOrDefault(scale, keyDim_);
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const DeviceTensor &t = tensors.at(inputs_[i].name);
+    requireDeviceMemory(t.data, describe(inputs_[i]));
+    args.inputs[i] = t.data;
+    args.input_heads[i] = t.shape[2];
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const DeviceTensor &t = tensors.at(params_[i].name);
+    requireDeviceMemory(t.data, describe(params_[i]));
+    args.params[i] = static_cast<const float *>(t.data);
+    args.param_heads[i] = t.shape[0];
+  }
+}
+
+void Package::checkDevicePointers(
+    const std::map<std::string, DeviceTensor> &tensors, DType dtype) const {
+  for (const manifest::Argument &arg : inputs_)
+    checkPointer(tensors.at(arg.name).data, sizeOf(dtype), describe(arg));
+  for (const manifest::Argument &arg : params_)
+    checkPointer(tensors.at(arg.name).data, sizeof(float), describe(arg));
+}
+
+void Package::decodeDevice(const DeviceDecodeRequest &request) const {
+  requireTarget(/*device=*/true);
+  const CudaKernel &kernel = kernelFor(request.dtype, decodeKernels_);
+  ForwardShape shape = checkDecode(shapesOf(request.tensors), request.poolShape,
+                                   request.numStateIndices, request.scale);
+  checkDevicePointers(request.tensors, request.dtype);
+  size_t elementSize = sizeOf(request.dtype);
+  checkPointer(request.statePool, sizeof(float), "state pool");
+  // The kernels move state rows in 16-byte runs.
+  if (reinterpret_cast<uintptr_t>(request.statePool) % 16 != 0)
+    throw argumentError("state pool is not aligned to 16 bytes");
+  if (!request.output)
+    throw argumentError("no output buffer");
+  checkPointer(request.output, elementSize, "output");
+  if (shape.batch)
+    checkPointer(request.stateIndices, sizeof(int64_t), "state_indices");
+
+  CUcontext context = cuda::currentContext();
+  linac_cuda_decode_args args{};
+  args.num_seqs = shape.batch;
+  args.tokens = shape.tokens;
+  deviceArguments(request.tensors, shape.heads, request.output, request.scale,
+                  args);
+  requireDeviceMemory(request.stateIndices, "state_indices");
+  requireDeviceMemory(request.statePool, "state pool");
+  args.state_pool = request.statePool;
+  args.pool_slots = request.poolShape[0];
+  args.state_indices = request.stateIndices;
+  if (shape.batch == 0)
+    return;
+
+  auto stream = static_cast<CUstream>(request.stream);
+  if (decodeTensorMap_ && args.pool_slots > 0)
+    encodeStateMap(args.state_pool, args.pool_slots * shape.heads, args);
+  args.work = reinterpret_cast<unsigned long long *>(
+      modules_->workCounters(context, stream));
+  // As many blocks as the device runs at once, sharing out the items (a
+  // sequence's head's state, or a strip of it), or one per item when there
+  // are fewer.
+  int64_t items = shape.batch * shape.heads * decodeParts_;
+  int64_t resident = modules_->residentBlocks(context, kernel.entry,
+                                              kernel.blockThreads,
+                                              kernel.sharedMemory);
+  launch(kernel, context, &args, std::min(items, resident), 1, stream);
+}
+
+void Package::encodeStateMap(float *pool, int64_t states,
+                             linac_cuda_decode_args &args) const {
+  // The pool as rows of V floats, one per key row of each state, moved in
+  // boxes of LINAC_CUDA_DECODE_BOX_COLUMNS columns by every key row,
+  // 128-byte swizzled (DecodeState's tensor staging in
+  // templates/linac/cuda/decode.h).
+  int64_t rows = states * keyDim_;
+  // Box coordinates are 32-bit signed.
+  if (rows > std::numeric_limits<int32_t>::max())
+    throw argumentError("state pool has " + std::to_string(rows) +
+                        " key rows; decode takes at most 2^31 - 1");
+  cuuint64_t dims[2] = {cuuint64_t(valueDim_), cuuint64_t(rows)};
+  cuuint64_t rowBytes[1] = {cuuint64_t(valueDim_) * sizeof(float)};
+  cuuint32_t box[2] = {LINAC_CUDA_DECODE_BOX_COLUMNS, cuuint32_t(keyDim_)};
+  cuuint32_t elementStrides[2] = {1, 1};
+  static_assert(sizeof(CUtensorMap) == sizeof(linac_cuda_tensor_map) &&
+                    alignof(CUtensorMap) == alignof(linac_cuda_tensor_map),
+                "the ABI's tensor map is the driver's");
+  cuda::check(cuda::driver().cuTensorMapEncodeTiled(
+                  reinterpret_cast<CUtensorMap *>(&args.state_map),
+                  CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, pool, dims, rowBytes, box,
+                  elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              "cuTensorMapEncodeTiled");
+}
+
+void Package::forwardDevice(const DeviceForwardRequest &request) const {
+  ForwardShape shape = check(request);
+  const CudaKernel &kernel = kernelFor(request.dtype, kernels_);
+  CUcontext context = cuda::currentContext();
+  linac_cuda_forward_args args{};
+  args.num_seqs = shape.sequences;
+  args.tokens_per_seq = shape.tokens;
+  deviceArguments(request.tensors, shape.heads, request.output, request.scale,
+                  args);
+  requireDeviceMemory(request.initialState, "initial_state");
+  requireDeviceMemory(request.finalState, "final_state");
+  args.initial_state = request.initialState;
+  args.final_state = request.finalState;
+  // An empty batch is done; the driver refuses a grid without blocks.
+  if (shape.sequences == 0)
+    return;
+
+  auto stream = static_cast<CUstream>(request.stream);
+  std::optional<cuda::StreamBuffer> cuSeqlens;
+  if (!request.cuSeqlens.empty()) {
+    cuSeqlens.emplace(request.cuSeqlens.data(),
+                      request.cuSeqlens.size() * sizeof(int64_t), stream);
+    args.cu_seqlens = reinterpret_cast<const int64_t *>(cuSeqlens->address());
+  }
+  launch(kernel, context, &args, shape.heads, shape.sequences, stream);
+}
+
+void Package::launch(const CudaKernel &kernel, CUctx_st *context, void *args,
+                     int64_t gridX, int64_t gridY, CUstream_st *stream) const {
+  CUfunction function =
+      modules_->function(context, kernel.entry, kernel.sharedMemory);
+  void *params[] = {args};
+  cuda::check(cuda::driver().cuLaunchKernel(
+                  function, unsigned(gridX), unsigned(gridY), 1,
+                  kernel.blockThreads, 1, 1, kernel.sharedMemory, stream,
+                  params, nullptr),
+              "cuLaunchKernel('" + kernel.entry + "')");
+}
+
+} // namespace linac

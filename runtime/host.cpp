@@ -1,0 +1,122 @@
+//===- host.cpp - running cpu packages ------------------------------------===//
+//
+// The forward pass and decode steps of a cpu package, through the entry
+// points of its layer.so (templates/linac/cpu/abi.h), and the copies between
+// a state pool and the forward pass's states.
+//
+//===----------------------------------------------------------------------===//
+
+#include "linac/package.h"
+
+#include "checks.h"
+#include "linac/cpu/abi.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace linac {
+
+using namespace detail;
+
+/// A validated request's host tensors in manifest order, as the CPU ABI
+/// takes them.
+struct HostArguments {
+  std::vector<const float *> inputs, params;
+  std::vector<int64_t> inputHeads, paramHeads;
+
+  HostArguments(const std::map<std::string, HostTensor> &tensors,
+                const std::vector<manifest::Argument> &inputInfos,
+                const std::vector<manifest::Argument> &paramInfos) {
+    for (const manifest::Argument &arg : inputInfos) {
+      const HostTensor &t = tensors.at(arg.name);
+      inputs.push_back(t.data);
+      inputHeads.push_back(t.shape[2]);
+    }
+    for (const manifest::Argument &arg : paramInfos) {
+      const HostTensor &t = tensors.at(arg.name);
+      params.push_back(t.data);
+      paramHeads.push_back(t.shape[0]);
+    }
+  }
+};
+
+void Package::forward(const ForwardRequest &request) const {
+  requireTarget(/*device=*/false);
+  ForwardShape shape = check(request);
+  if (!request.output)
+    throw argumentError("no output buffer");
+  std::vector<int64_t> cu = request.cuSeqlens;
+  if (cu.empty())
+    for (int64_t b = 0; b <= shape.batch; ++b)
+      cu.push_back(b * shape.tokens);
+
+  HostArguments host(request.tensors, inputs_, params_);
+  linac_cpu_forward_args args{};
+  args.num_seqs = shape.sequences;
+  args.cu_seqlens = cu.data();
+  args.num_heads = shape.heads;
+  args.inputs = host.inputs.data();
+  args.input_heads = host.inputHeads.data();
+  args.params = host.params.data();
+  args.param_heads = host.paramHeads.data();
+  args.initial_state = request.initialState;
+  args.final_state = request.finalState;
+  args.output = request.output;
+  args.scale = scaleOrDefault(request.scale, keyDim_);
+  int status = reinterpret_cast<linac_cpu_forward_fn>(forward_)(&args);
+  if (status != 0)
+    throw Error(Error::Kind::Kernel,
+                "kernel failed with status " + std::to_string(status));
+}
+
+void Package::decode(const DecodeRequest &request) const {
+  requireTarget(/*device=*/false);
+  ForwardShape shape = checkDecode(shapesOf(request.tensors), request.poolShape,
+                                   request.stateIndices.size(), request.scale);
+  checkPool(request.poolShape[0], request.stateIndices);
+  for (const std::vector<manifest::Argument> *args : {&inputs_, &params_})
+    for (const manifest::Argument &arg : *args)
+      checkPointer(request.tensors.at(arg.name).data, sizeof(float),
+                   describe(arg));
+  checkPointer(request.statePool, sizeof(float), "state pool");
+  if (!request.output)
+    throw argumentError("no output buffer");
+
+  HostArguments host(request.tensors, inputs_, params_);
+  linac_cpu_decode_args args{};
+  args.num_seqs = shape.batch;
+  args.tokens = shape.tokens;
+  args.num_heads = shape.heads;
+  args.inputs = host.inputs.data();
+  args.input_heads = host.inputHeads.data();
+  args.params = host.params.data();
+  args.param_heads = host.paramHeads.data();
+  args.state_pool = request.statePool;
+  args.state_indices = request.stateIndices.data();
+  args.output = request.output;
+  args.scale = scaleOrDefault(request.scale, keyDim_);
+  int status = reinterpret_cast<linac_cpu_decode_fn>(decode_)(&args);
+  if (status != 0)
+    throw Error(Error::Kind::Kernel,
+                "kernel failed with status " + std::to_string(status));
+}
+
+void Package::statesFromPool(const float *pool, int64_t poolSlots,
+                             int64_t heads, const std::vector<int64_t> &indices,
+                             float *states) const {
+  size_t size = checkPoolCopy(poolSlots, heads, indices);
+  for (size_t n = 0; n < indices.size(); ++n)
+    if (indices[n] >= 0)
+      std::copy_n(pool + indices[n] * size, size, states + n * size);
+}
+
+void Package::statesToPool(const float *states, int64_t heads,
+                           const std::vector<int64_t> &indices, float *pool,
+                           int64_t poolSlots) const {
+  size_t size = checkPoolCopy(poolSlots, heads, indices);
+  for (size_t n = 0; n < indices.size(); ++n)
+    if (indices[n] >= 0)
+      std::copy_n(states + n * size, size, pool + indices[n] * size);
+}
+
+} // namespace linac

@@ -38,6 +38,14 @@ struct HostArguments {
       paramHeads.push_back(t.shape[0]);
     }
   }
+
+  /// Fills the pointer and head fields the forward and decode ABIs share.
+  template <typename Args> void into(Args &args) const {
+    args.inputs = inputs.data();
+    args.input_heads = inputHeads.data();
+    args.params = params.data();
+    args.param_heads = paramHeads.data();
+  }
 };
 
 void Package::forward(const ForwardRequest &request) const {
@@ -55,10 +63,7 @@ void Package::forward(const ForwardRequest &request) const {
   args.num_seqs = shape.sequences;
   args.cu_seqlens = cu.data();
   args.num_heads = shape.heads;
-  args.inputs = host.inputs.data();
-  args.input_heads = host.inputHeads.data();
-  args.params = host.params.data();
-  args.param_heads = host.paramHeads.data();
+  host.into(args);
   args.initial_state = request.initialState;
   args.final_state = request.finalState;
   args.output = request.output;
@@ -87,10 +92,7 @@ void Package::decode(const DecodeRequest &request) const {
   args.num_seqs = shape.batch;
   args.tokens = shape.tokens;
   args.num_heads = shape.heads;
-  args.inputs = host.inputs.data();
-  args.input_heads = host.inputHeads.data();
-  args.params = host.params.data();
-  args.param_heads = host.paramHeads.data();
+  host.into(args);
   args.state_pool = request.statePool;
   args.state_indices = request.stateIndices.data();
   args.output = request.output;

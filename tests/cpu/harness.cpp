@@ -10,6 +10,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -52,7 +53,9 @@ fs::path compiledPath(const fs::path &spec, Dims dims,
     return it->second;
   const fs::path &dir = workDir;
   fs::create_directories(dir);
-  fs::path source = dir / (key + ".mlir");
+  // Test processes run side by side: each writes its own copy of the spec
+  // (the package itself is installed in one rename).
+  fs::path source = dir / (key + "." + std::to_string(getpid()) + ".mlir");
   std::ofstream(source) << resized(readFile(spec), dims);
   fs::path package = dir / (key + ".linac");
   std::string command = std::string(LINAC_TOOL) + " compile " + source.string() +

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# Run on a GPU machine: builds the runtime and the GPU check there (no MLIR
-# needed), checks every package against the fp64 reference and benchmarks
-# them. Options (--rounds N, --reps N, --bench-only) go to linac-gpu-check;
-# packages default to those tests/gpu/prepare.sh compiled.
+# Run on a GPU machine: builds the runtime, linac-run and the GPU check
+# there (no MLIR needed), checks every package against the fp64 reference
+# and benchmarks them. Options (--rounds N, --reps N, --bench-only) go to
+# linac-gpu-check; --parallel P splits the rounds over P checkers side by
+# side (the fp64 reference runs on the host, one core each), each writing
+# its log to build-gpu/check-P.log, and then benchmarks once. Packages
+# default to those tests/gpu/prepare.sh compiled.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 options=()
 packages=()
+rounds=1
+parallel=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rounds|--reps) options+=("$1" "$2"); shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --parallel) parallel=$2; shift 2 ;;
+    --reps) options+=("$1" "$2"); shift 2 ;;
     --*) options+=("$1"); shift ;;
     *) packages+=("$1"); shift ;;
   esac
@@ -18,4 +25,21 @@ if [ ${#packages[@]} -eq 0 ]; then packages=(.gpu-packages/*.linac); fi
 cmake -G Ninja -S . -B build-gpu -DLINAC_RUNTIME_ONLY=ON \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.deps" >/dev/null
 cmake --build build-gpu --target linac-gpu-check linac-run linac_runtime_shared
-build-gpu/bin/linac-gpu-check --bench "${options[@]}" "${packages[@]}"
+check=build-gpu/bin/linac-gpu-check
+if [ "$parallel" -le 1 ]; then
+  exec "$check" --bench --rounds "$rounds" "${options[@]}" "${packages[@]}"
+fi
+each=$(( (rounds + parallel - 1) / parallel ))
+pids=()
+for p in $(seq "$parallel"); do
+  "$check" --rounds "$each" "${options[@]}" "${packages[@]}" \
+    > "build-gpu/check-$p.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for p in $(seq "$parallel"); do
+  wait "${pids[$((p - 1))]}" || status=1
+  grep -E "^round" "build-gpu/check-$p.log"
+done
+[ $status -eq 0 ] || { echo "a checker failed: see build-gpu/check-*.log"; exit 1; }
+exec "$check" --bench-only "${options[@]}" "${packages[@]}"

@@ -165,8 +165,35 @@ linac_status linac_package_argument(const linac_package *package, size_t i,
   });
 }
 
+const char *linac_package_argument_kind(const linac_package *package,
+                                        size_t i) {
+  if (!package || i >= package->package->arguments().size())
+    return "";
+  return package->package->arguments()[i].kind.c_str();
+}
+
 const char *linac_package_target(const linac_package *package) {
   return package ? package->package->target().c_str() : "";
+}
+
+const char *linac_package_layer(const linac_package *package) {
+  return package ? package->package->layer().c_str() : "";
+}
+
+linac_status linac_package_dims(const linac_package *package,
+                                int64_t *key_dim, int64_t *value_dim,
+                                int64_t *state_columns,
+                                int64_t *max_decode_tokens) {
+  return guarded([&] {
+    if (!package || !key_dim || !value_dim || !state_columns ||
+        !max_decode_tokens)
+      throw invalidArgument(
+          "linac_package_dims needs a package and four out pointers");
+    *key_dim = package->package->keyDim();
+    *value_dim = package->package->valueDim();
+    *state_columns = package->package->stateColumns();
+    *max_decode_tokens = package->package->maxDecodeTokens();
+  });
 }
 
 linac_status linac_forward_host(linac_package *package,

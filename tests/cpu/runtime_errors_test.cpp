@@ -288,6 +288,22 @@ TEST_F(RuntimeErrors, CApiChecksEveryPointer) {
                 "linac_package_open needs a path and an out pointer");
   EXPECT_EQ(linac_package_num_arguments(nullptr), 0u);
   EXPECT_STREQ(linac_package_target(nullptr), "");
+  EXPECT_STREQ(linac_package_layer(nullptr), "");
+  EXPECT_STREQ(linac_package_argument_kind(nullptr, 0), "");
+  EXPECT_STREQ(linac_package_argument_kind(handle, 99), "");
+  EXPECT_STREQ(linac_package_argument_kind(handle, 0), "key");
+  EXPECT_STREQ(linac_package_layer(handle), "gated_deltanet");
+  int64_t dims[4] = {};
+  expectInvalid(linac_package_dims(nullptr, dims, dims + 1, dims + 2, dims + 3),
+                "linac_package_dims needs a package and four out pointers");
+  expectInvalid(linac_package_dims(handle, dims, nullptr, dims + 2, dims + 3),
+                "linac_package_dims needs a package and four out pointers");
+  ASSERT_EQ(linac_package_dims(handle, dims, dims + 1, dims + 2, dims + 3),
+            LINAC_OK);
+  EXPECT_EQ(dims[0], 16);
+  EXPECT_EQ(dims[1], 16);
+  EXPECT_EQ(dims[2], 16);
+  EXPECT_EQ(dims[3], 8);
   const char *name = nullptr;
   expectInvalid(linac_package_argument(nullptr, 0, &name, &name, &name),
                 "linac_package_argument needs a package");

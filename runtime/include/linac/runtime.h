@@ -95,9 +95,24 @@ linac_status linac_package_argument(const linac_package *package, size_t i,
                                     const char **name, const char **role,
                                     const char **shape);
 
+/* The i-th argument's kind: key, value, scalar, matrix (inputs and
+ * parameters), index or state (the runtime's); "" for a NULL package or an
+ * index past the last. The string lives as long as the package. */
+const char *linac_package_argument_kind(const linac_package *package,
+                                        size_t i);
 /* "cpu", "sm_90a" or "sm_80" ("" for a NULL package); the string lives as
  * long as the package. */
 const char *linac_package_target(const linac_package *package);
+/* The layer's name, as the spec's linac.layer names it ("" for a NULL
+ * package); the string lives as long as the package. */
+const char *linac_package_layer(const linac_package *package);
+/* The layer's key and value dimensions K and V, the columns of a head's
+ * state in memory (V, or V + 1 with a normaliser) and the new tokens a
+ * decode step may take per sequence. */
+linac_status linac_package_dims(const linac_package *package,
+                                int64_t *key_dim, int64_t *value_dim,
+                                int64_t *state_columns,
+                                int64_t *max_decode_tokens);
 
 /* Runs a cpu package on host buffers. */
 linac_status linac_forward_host(linac_package *package,

@@ -1,0 +1,181 @@
+"""linac: a compiler for linear attention, from Python.
+
+    import linac
+    layer = linac.compile('examples/gated_deltanet.mlir')    # or spec text
+    o, final_state = layer(q=q, k=k, v=v, g=g, b=b, A_log=A_log,
+                           dt_bias=dt_bias)
+
+A layer runs numpy arrays (float32, on the CPU, for a cpu package) and, with
+`linac.torch`, torch tensors on the CPU or a CUDA device. Packages compiled
+elsewhere open with linac.load(path).
+"""
+
+import collections
+import ctypes
+
+from . import _capi
+from ._capi import Error, InvalidArgument, PackageError
+from ._compiler import CompileError, cache_dir, compile_package, find_compiler
+
+__all__ = ['Argument', 'CompileError', 'Error', 'InvalidArgument', 'Layer',
+           'PackageError', 'cache_dir', 'compile', 'find_compiler', 'load']
+__version__ = '0.1.0'
+
+Argument = collections.namedtuple('Argument', 'name role kind shape')
+Argument.__doc__ = """An argument of a layer: role input, param or runtime;
+kind key, value, scalar, matrix (or index, state); shape as people read it,
+such as [B, T, H, K]."""
+
+
+class Layer:
+    """An opened package: its arguments and dimensions, and its forward pass
+    and decode step on numpy arrays."""
+
+    def __init__(self, path):
+        self.path = path
+        self._handle = _compiler_open(path)
+        lib, handle = _capi.lib, self._handle
+        self.target = lib.linac_package_target(handle).decode()
+        self.name = lib.linac_package_layer(handle).decode()
+        dims = [ctypes.c_int64() for _ in range(4)]
+        _capi.check(lib.linac_package_dims(handle, *map(ctypes.byref, dims)))
+        (self.key_dim, self.value_dim, self.state_columns,
+         self.max_decode_tokens) = (d.value for d in dims)
+        arguments = []
+        for i in range(lib.linac_package_num_arguments(handle)):
+            name, role, shape = (ctypes.c_char_p() for _ in range(3))
+            _capi.check(lib.linac_package_argument(
+                handle, i, ctypes.byref(name), ctypes.byref(role),
+                ctypes.byref(shape)))
+            kind = lib.linac_package_argument_kind(handle, i)
+            arguments.append(Argument(name.value.decode(), role.value.decode(),
+                                      kind.decode(), shape.value.decode()))
+        self.arguments = tuple(arguments)
+        self.inputs = tuple(a.name for a in arguments if a.role == 'input')
+        self.params = tuple(a.name for a in arguments if a.role == 'param')
+
+    def __del__(self):
+        handle = getattr(self, '_handle', None)
+        # At interpreter exit the binding may be gone before the layer.
+        if handle and _capi is not None and _capi.lib is not None:
+            _capi.lib.linac_package_close(handle)
+
+    def __repr__(self):
+        return (f'<linac.Layer @{self.name} for {self.target}, '
+                f'K={self.key_dim} V={self.value_dim}, {self.path}>')
+
+    @property
+    def handle(self):
+        """The linac_package pointer, for other bindings of the C API."""
+        return self._handle
+
+    def _host_tensors(self, tensors):
+        import numpy as np
+        unknown = set(tensors) - set(self.inputs) - set(self.params)
+        if unknown:
+            raise InvalidArgument(
+                f'{", ".join(sorted(unknown))}: not an argument of @{self.name}'
+                f' (inputs {", ".join(self.inputs)}; parameters '
+                f'{", ".join(self.params) or "none"})')
+        arrays = {name: np.ascontiguousarray(value, dtype=np.float32)
+                  for name, value in tensors.items()}
+        shapes = [_capi.shape_array(a.shape) for a in arrays.values()]
+        structs = (_capi.HostTensor * max(len(arrays), 1))(*[
+            _capi.HostTensor(name.encode(), a.ctypes.data, a.ndim, shape)
+            for (name, a), shape in zip(arrays.items(), shapes)])
+        return arrays, shapes, structs
+
+    def forward(self, *, initial_state=None, cu_seqlens=None, scale=None,
+                **tensors):
+        """Runs a cpu package: inputs [B, T, H, ...] and parameters [H, ...]
+        by name, optional cu_seqlens [N + 1] (B = 1) and initial_state
+        [N, H, K, V] (V + 1 with a normaliser). Returns the output
+        [B, T, H, V] and the final states, float32 numpy arrays."""
+        import numpy as np
+        arrays, shapes, structs = self._host_tensors(tensors)
+        first = next((arrays[n] for n in self.inputs if n in arrays), None)
+        if first is None or first.ndim < 3:
+            raise InvalidArgument(f'@{self.name} needs its inputs '
+                                  f'({", ".join(self.inputs)}) as [B, T, H, ...]')
+        batch, tokens = first.shape[:2]
+        heads = max([arrays[n].shape[2] for n in self.inputs if n in arrays] +
+                    [arrays[n].shape[0] for n in self.params if n in arrays])
+        cu = None
+        sequences = batch
+        if cu_seqlens is not None:
+            cu = np.ascontiguousarray(cu_seqlens, dtype=np.int64)
+            sequences = max(len(cu) - 1, 0)
+        output = np.empty((batch, tokens, heads, self.value_dim), np.float32)
+        final = np.empty((sequences, heads, self.key_dim, self.state_columns),
+                         np.float32)
+        initial = None
+        if initial_state is not None:
+            initial = np.ascontiguousarray(initial_state, dtype=np.float32)
+            if initial.shape != final.shape:
+                raise InvalidArgument(f'initial_state has shape {initial.shape},'
+                                      f' expected {final.shape}')
+        args = _capi.ForwardArgs(
+            structs, len(arrays),
+            cu.ctypes.data_as(_capi.c_int64_p) if cu is not None else None,
+            len(cu) if cu is not None else 0,
+            initial.ctypes.data if initial is not None else None,
+            final.ctypes.data, output.ctypes.data, scale or 0.0)
+        _capi.check(_capi.lib.linac_forward_host(self._handle,
+                                                 ctypes.byref(args)))
+        return output, final
+
+    __call__ = forward
+
+    def decode(self, *, state_pool, state_indices, scale=None, **tensors):
+        """A decode step of a cpu package: inputs [B, n, H, ...] (n new
+        tokens, at most max_decode_tokens), parameters, and for each of the
+        B sequences its slot in state_pool [P, H, K, state_columns], which
+        is updated in place (-1 skips a sequence). Returns the output
+        [B, n, H, V]; a skipped sequence's rows are zero."""
+        import numpy as np
+        if not (isinstance(state_pool, np.ndarray) and
+                state_pool.dtype == np.float32 and
+                state_pool.flags.c_contiguous):
+            raise InvalidArgument('state_pool must be a C-contiguous float32 '
+                                  'numpy array (it is updated in place)')
+        arrays, shapes, structs = self._host_tensors(tensors)
+        first = next((arrays[n] for n in self.inputs if n in arrays), None)
+        if first is None or first.ndim < 3:
+            raise InvalidArgument(f'@{self.name} needs its inputs '
+                                  f'({", ".join(self.inputs)}) as [B, n, H, ...]')
+        heads = max([arrays[n].shape[2] for n in self.inputs if n in arrays] +
+                    [arrays[n].shape[0] for n in self.params if n in arrays])
+        indices = np.ascontiguousarray(state_indices, dtype=np.int64)
+        output = np.zeros(first.shape[:2] + (heads, self.value_dim), np.float32)
+        pool_shape = _capi.shape_array(state_pool.shape)
+        args = _capi.DecodeArgs(
+            structs, len(arrays), state_pool.ctypes.data, pool_shape,
+            indices.ctypes.data_as(_capi.c_int64_p), len(indices),
+            output.ctypes.data, scale or 0.0)
+        _capi.check(_capi.lib.linac_decode_host(self._handle,
+                                                ctypes.byref(args)))
+        return output
+
+
+def _compiler_open(path):
+    from ._compiler import open_package
+    return open_package(path)
+
+
+def load(path):
+    """Opens a package compiled elsewhere (`linac compile ... -o path`)."""
+    import os
+    return Layer(os.fspath(path))
+
+
+def compile(spec, target='cpu', *, options=(), cache=None):
+    """Compiles `spec` (its text, or the path of a .mlir file) for `target`
+    (cpu, sm_90a or sm_80), or takes it from the cache, and opens it. A
+    cached package that no longer opens (a corrupt or foreign file) is
+    compiled again. `options` are further `linac compile` flags."""
+    path = compile_package(spec, target, options, cache=cache)
+    try:
+        return Layer(path)
+    except PackageError:
+        return Layer(compile_package(spec, target, options, cache=cache,
+                                     force=True))

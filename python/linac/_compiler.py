@@ -1,0 +1,115 @@
+"""Compiling specs into packages, cached on disk.
+
+A package is compiled by the `linac` compiler, which needs MLIR and so is
+not part of this Python package: it is found through $LINAC_COMPILER, on the
+PATH, or in the build directory of the checkout the package was installed
+from. Packages are cached by a hash of the spec's text, the target, the
+compile options and the compiler binary, in the packages/ folder of the
+compiler's own cache ($LINAC_CACHE_DIR, else $XDG_CACHE_HOME/linac or
+~/.cache/linac). `linac compile`
+stages a package beside its destination and renames it into place, so
+processes that compile the same spec at once each see a whole package.
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+from . import _capi
+
+
+class CompileError(RuntimeError):
+    """The compiler refused a spec; the message holds its diagnostics."""
+
+
+def _checkout_compiler():
+    """build*/bin/linac in the checkout this package was installed from."""
+    try:
+        from ._build_info import SOURCE_DIR
+    except ImportError:
+        return None
+    for build in sorted(os.listdir(SOURCE_DIR)) if os.path.isdir(SOURCE_DIR) else []:
+        candidate = os.path.join(SOURCE_DIR, build, 'bin', 'linac')
+        if build.startswith('build') and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def find_compiler():
+    """The `linac` compiler's path, or raises CompileError saying where it
+    looked."""
+    path = (os.environ.get('LINAC_COMPILER') or shutil.which('linac')
+            or _checkout_compiler())
+    if not path or not os.access(path, os.X_OK):
+        raise CompileError(
+            'linac: no compiler found: set LINAC_COMPILER, put `linac` on the '
+            'PATH, or build it in the checkout (bash .ci/setup)')
+    return os.path.abspath(path)
+
+
+def cache_dir():
+    """Where compiled packages are kept."""
+    base = os.environ.get('LINAC_CACHE_DIR')
+    if not base:
+        base = os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.join(
+            os.path.expanduser('~'), '.cache'), 'linac')
+    return os.path.join(base, 'packages')
+
+
+def _compiler_identity(path):
+    """What distinguishes one build of the compiler from another."""
+    info = os.stat(path)
+    return f'{path}:{info.st_size}:{info.st_mtime_ns}'
+
+
+def spec_text(spec):
+    """A spec's text: `spec` itself when it holds a layer, else the text of
+    the file it names."""
+    spec = os.fspath(spec)
+    if 'linac.layer' in spec:
+        return spec
+    with open(spec) as f:
+        return f.read()
+
+
+def package_key(text, target, options, compiler):
+    material = '\0'.join([text, target, ' '.join(options),
+                          _compiler_identity(compiler)])
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+def compile_package(spec, target, options=(), *, cache=None, force=False):
+    """The path of `spec` compiled for `target`: from the cache, or compiled
+    into it. `force` compiles again whatever the cache holds."""
+    text = spec_text(spec)
+    compiler = find_compiler()
+    options = list(options)
+    directory = cache or cache_dir()
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory,
+                        package_key(text, target, options, compiler) + '.linac')
+    if os.path.isdir(path) and not force:
+        return path
+    fd, source = tempfile.mkstemp(suffix='.mlir', dir=directory)
+    try:
+        with os.fdopen(fd, 'w') as f:
+            f.write(text)
+        # A cache entry is linac's to replace, even one left broken.
+        done = subprocess.run(
+            [compiler, 'compile', source, '--target', target, '-o', path,
+             '--force', *options], capture_output=True, text=True)
+    finally:
+        os.unlink(source)
+    if done.returncode != 0:
+        raise CompileError(done.stderr.replace(source, '<spec>').strip())
+    return path
+
+
+def open_package(path):
+    """A linac_package handle for `path`."""
+    handle = _capi.ctypes.c_void_p()
+    _capi.check(_capi.lib.linac_package_open(path.encode(),
+                                             _capi.ctypes.byref(handle)))
+    return handle

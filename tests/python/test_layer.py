@@ -1,0 +1,200 @@
+"""linac from Python: compile, load, forward and decode on numpy arrays,
+against the fp64 interpretation of each package's step."""
+
+import os
+
+import numpy as np
+import pytest
+
+import linac
+import reference
+from conftest import EXAMPLES
+
+# Small layers nobody ships, at K = V = 16: a scalar-gated delta rule, a
+# key-vector gate with a value-vector write strength, a normaliser.
+SPECS = {
+    'scalar_delta': '''
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+linac.layer @scalar_delta(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %g : f32, %b : f32)
+    params(%A_log : f32) {
+  %kn = linac.l2norm %k : !key
+  %A = math.exp %A_log : f32
+  %sp = linac.softplus %g : f32
+  %Asp = arith.mulf %A, %sp : f32
+  %log_a = arith.negf %Asp : f32
+  %beta = linac.sigmoid %b : f32
+  %S1 = linac.decay %S key(%log_a : f32) : !state
+  %S2 = linac.erase %S1, %kn strength(%beta : f32) : !state, !key
+  %S3 = linac.write %S2, %kn, %v strength(%beta : f32) : !state, !key, !value
+  %o = linac.read %S3, %q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
+}''',
+    'vector_gate': '''
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+linac.layer @vector_gate(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %g : !key, %w : !value) {
+  %sp = linac.softplus %g : !key
+  %log_a = arith.negf %sp : !key
+  %strength = linac.sigmoid %w : !value
+  %S1 = linac.decay %S key(%log_a : !key) : !state
+  %S2 = linac.write %S1, %k, %v strength(%strength : !value) : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}''',
+    'normalized': '''
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16, normalized>
+linac.layer @normalized(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %f : f32, %i : f32) {
+  %sp = linac.softplus %f : f32
+  %log_f = arith.negf %sp : f32
+  %gate = linac.sigmoid %i : f32
+  %S1 = linac.decay %S key(%log_f : f32) : !state
+  %S2 = linac.write %S1, %k, %v strength(%gate : f32) : !state, !key, !value
+  %o = linac.read %S2, %q normalized : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}''',
+}
+
+TOLERANCE = 1e-4
+
+
+def random_arguments(layer, batch, tokens, heads, rng):
+    sizes = {'key': (layer.key_dim,), 'value': (layer.value_dim,),
+             'scalar': (), 'matrix': (layer.key_dim, layer.value_dim)}
+    tensors = {}
+    for arg in layer.arguments:
+        if arg.role == 'input':
+            tensors[arg.name] = rng.standard_normal(
+                (batch, tokens, heads) + sizes[arg.kind]).astype(np.float32)
+        elif arg.role == 'param':
+            tensors[arg.name] = rng.uniform(
+                0.1, 0.9, (heads,) + sizes[arg.kind]).astype(np.float32)
+    return tensors
+
+
+def split(layer, tensors):
+    inputs = {n: tensors[n] for n in layer.inputs}
+    params = {n: tensors[n] for n in layer.params}
+    return inputs, params
+
+
+def relative_error(got, want):
+    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+
+
+@pytest.mark.parametrize('name', sorted(SPECS))
+def test_forward_matches_the_reference(name, cache):
+    layer = linac.compile(SPECS[name], cache=cache)
+    rng = np.random.default_rng()
+    tensors = random_arguments(layer, 2, 70, 2, rng)
+    initial = rng.standard_normal(
+        (2, 2, layer.key_dim, layer.state_columns)).astype(np.float32)
+    if name == 'normalized':
+        initial[..., -1] = np.abs(initial[..., -1])
+    o, final = layer(initial_state=initial, **tensors)
+    program = reference.step_program(layer.path)
+    want_o, want_final = reference.run(program, *split(layer, tensors),
+                                       initial_state=initial)
+    assert relative_error(o, want_o) < TOLERANCE
+    assert relative_error(final, want_final) < TOLERANCE
+
+
+def test_variable_lengths_and_grouped_heads(cache):
+    layer = linac.compile(SPECS['scalar_delta'], cache=cache)
+    rng = np.random.default_rng()
+    tensors = random_arguments(layer, 1, 90, 4, rng)
+    for name in ('q', 'k'):  # 2 query and key heads for 4 value heads
+        tensors[name] = np.ascontiguousarray(tensors[name][:, :, :2])
+    cu = np.array([0, 7, 7, 64, 90])
+    o, final = layer(cu_seqlens=cu, **tensors)
+    assert final.shape == (4, 4, 16, 16)
+    want_o, want_final = reference.run(reference.step_program(layer.path),
+                                       *split(layer, tensors), cu_seqlens=cu)
+    assert relative_error(o, want_o) < TOLERANCE
+    assert relative_error(final, want_final) < TOLERANCE
+
+
+@pytest.mark.parametrize('example', ['gated_deltanet', 'gla', 'mlstm'])
+def test_examples(example, cache):
+    layer = linac.compile(os.path.join(EXAMPLES, example + '.mlir'), cache=cache)
+    rng = np.random.default_rng()
+    tensors = random_arguments(layer, 1, 9, 2, rng)
+    o, final = layer(**tensors)
+    want_o, want_final = reference.run(reference.step_program(layer.path),
+                                       *split(layer, tensors))
+    assert relative_error(o, want_o) < TOLERANCE
+    assert relative_error(final, want_final) < TOLERANCE
+
+
+def test_prefill_then_decode_is_one_prefill(cache):
+    layer = linac.compile(SPECS['vector_gate'], cache=cache)
+    rng = np.random.default_rng()
+    tensors = random_arguments(layer, 3, 20, 2, rng)
+    o, final = layer(**tensors)
+    prefill = {n: np.ascontiguousarray(x[:, :17]) if n in layer.inputs else x
+               for n, x in tensors.items()}
+    _, states = layer(**prefill)
+    # The pool keeps sequence b in slot 3 - b; slot 0 is not used.
+    pool = np.zeros((4,) + states.shape[1:], np.float32)
+    pool[[3, 2, 1]] = states
+    steps = {n: np.ascontiguousarray(x[:, 17:]) if n in layer.inputs else x
+             for n, x in tensors.items()}
+    out = layer.decode(state_pool=pool, state_indices=[3, 2, 1], **steps)
+    assert relative_error(out, o[:, 17:]) < TOLERANCE
+    assert relative_error(pool[[3, 2, 1]], final) < TOLERANCE
+
+
+def test_a_skipped_sequence_keeps_its_slot(cache):
+    layer = linac.compile(SPECS['vector_gate'], cache=cache)
+    rng = np.random.default_rng()
+    tensors = random_arguments(layer, 2, 1, 2, rng)
+    pool = rng.standard_normal((2, 2, 16, 16)).astype(np.float32)
+    before = pool.copy()
+    out = layer.decode(state_pool=pool, state_indices=[-1, 0], **tensors)
+    assert np.array_equal(pool[1], before[1])
+    assert not np.array_equal(pool[0], before[0])
+    assert not out[0].any() and out[1].any()
+
+
+def test_arguments_and_dimensions(cache):
+    layer = linac.compile(SPECS['normalized'], cache=cache)
+    assert layer.name == 'normalized' and layer.target == 'cpu'
+    assert (layer.key_dim, layer.value_dim, layer.state_columns) == (16, 16, 17)
+    assert layer.inputs == ('q', 'k', 'v', 'f', 'i') and layer.params == ()
+    assert layer.arguments[0] == linac.Argument('q', 'input', 'key',
+                                                '[B, T, H, K]')
+    assert layer.arguments[-1].name == 'o'
+    assert layer.max_decode_tokens == 8
+    assert linac.load(layer.path).arguments == layer.arguments
+
+
+def test_bad_calls_are_errors_that_name_the_argument(cache):
+    layer = linac.compile(SPECS['vector_gate'], cache=cache)
+    tensors = random_arguments(layer, 1, 4, 2, np.random.default_rng())
+    with pytest.raises(linac.InvalidArgument, match='colour: not an argument'):
+        layer(colour=tensors['q'], **tensors)
+    del tensors['w']
+    with pytest.raises(linac.InvalidArgument, match="missing input 'w'"):
+        layer(**tensors)
+    tensors['w'] = np.zeros((1, 4, 2, 15), np.float32)
+    with pytest.raises(linac.InvalidArgument, match="input 'w' has shape"):
+        layer(**tensors)
+
+
+def test_a_bad_spec_is_a_compile_error(cache):
+    with pytest.raises(linac.CompileError, match='may be positive'):
+        linac.compile(SPECS['vector_gate'].replace('%log_a = arith.negf %sp',
+                                                   '%log_a = arith.addf %sp, %sp'),
+                      cache=cache)
+
+
+def test_load_refuses_what_is_not_a_package(tmp_path):
+    with pytest.raises(linac.PackageError, match='no manifest.json'):
+        linac.load(tmp_path)

@@ -1,0 +1,216 @@
+"""linac's layers as PyTorch operators.
+
+    import linac, linac.torch
+    layer = linac.compile(spec)                 # a cpu package for CPU tensors
+    o, final_state = linac.torch.forward(layer, q=q, k=k, v=v, g=g, b=b, ...)
+
+The operators `linac::forward` and `linac::decode` are registered with
+torch.library, with fake implementations, so that torch.compile(fullgraph=True)
+traces through them and CUDA graphs capture them. CPU tensors run cpu
+packages (float32); CUDA tensors run sm_90a or sm_80 packages in their
+dtype (float32, bfloat16, float16) on the current stream. Parameters and
+states are float32. A package is named by its path and its arguments come
+in its order (inputs, then parameters), so the operators take only a
+string, tensors and numbers.
+"""
+
+import ctypes
+from typing import List, Optional, Tuple
+
+import torch
+
+from . import Layer, InvalidArgument, _capi, load
+
+_layers = {}
+
+
+def _layer(path) -> Layer:
+    """The process's one opened Layer for the package at `path`."""
+    if path not in _layers:
+        _layers[path] = load(path)
+    return _layers[path]
+
+
+def _names(layer):
+    return layer.inputs + layer.params
+
+
+def _heads(layer, tensors):
+    inputs = tensors[:len(layer.inputs)]
+    if any(t.dim() < 3 for t in inputs):
+        raise InvalidArgument(f'@{layer.name} needs its inputs '
+                              f'({", ".join(layer.inputs)}) as [B, T, H, ...]')
+    return max([t.shape[2] for t in inputs] +
+               [t.shape[0] for t in tensors[len(layer.inputs):]])
+
+
+def _device_tensors(names, tensors):
+    shapes = [_capi.shape_array(t.shape) for t in tensors]
+    structs = (_capi.DeviceTensor * max(len(tensors), 1))(*[
+        _capi.DeviceTensor(n.encode(), t.data_ptr(), t.dim(), s)
+        for n, t, s in zip(names, tensors, shapes)])
+    return shapes, structs
+
+
+def _dtype_name(dtype):
+    names = {torch.float32: 'float32', torch.bfloat16: 'bfloat16',
+             torch.float16: 'float16'}
+    if dtype not in names:
+        raise InvalidArgument(f'linac runs float32, bfloat16 and float16 '
+                              f'activations, not {dtype}')
+    return names[dtype]
+
+
+@torch.library.custom_op('linac::forward', mutates_args=())
+def _forward(package: str, tensors: List[torch.Tensor],
+             initial_state: Optional[torch.Tensor],
+             cu_seqlens: Optional[torch.Tensor],
+             scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    layer = _layer(package)
+    first = tensors[0]
+    _dtype_name(first.dtype)
+    if first.device.type == 'cpu':
+        arrays = {n: t.detach().to(torch.float32).contiguous().numpy()
+                  for n, t in zip(_names(layer), tensors)}
+        o, final = layer.forward(
+            initial_state=(None if initial_state is None else
+                           initial_state.detach().contiguous().numpy()),
+            cu_seqlens=None if cu_seqlens is None else cu_seqlens.cpu().numpy(),
+            scale=scale, **arrays)
+        return torch.from_numpy(o).to(first.dtype), torch.from_numpy(final)
+    return _forward_device(layer, tensors, initial_state, cu_seqlens, scale)
+
+
+def _device_arguments(layer, tensors):
+    """Inputs in the first input's dtype and float32 parameters, contiguous."""
+    dtype = tensors[0].dtype
+    count = len(layer.inputs)
+    return [t.to(dtype if i < count else torch.float32).contiguous()
+            for i, t in enumerate(tensors)]
+
+
+def _forward_device(layer, tensors, initial_state, cu_seqlens, scale):
+    first = tensors[0]
+    dtype = first.dtype
+    tensors = _device_arguments(layer, tensors)
+    batch, tokens = first.shape[:2]
+    heads = _heads(layer, tensors)
+    cu = None if cu_seqlens is None else cu_seqlens.to('cpu', torch.int64)
+    sequences = batch if cu is None else cu.numel() - 1
+    output = torch.empty((batch, tokens, heads, layer.value_dim), dtype=dtype,
+                         device=first.device)
+    final = torch.empty((sequences, heads, layer.key_dim, layer.state_columns),
+                        dtype=torch.float32, device=first.device)
+    initial = None if initial_state is None else initial_state.contiguous()
+    shapes, structs = _device_tensors(_names(layer), tensors)
+    args = _capi.DeviceForwardArgs(
+        structs, len(tensors), _capi.DTYPES[_dtype_name(dtype)],
+        None if cu is None else ctypes.cast(cu.data_ptr(), _capi.c_int64_p),
+        0 if cu is None else cu.numel(),
+        None if initial is None else initial.data_ptr(), final.data_ptr(),
+        output.data_ptr(), scale,
+        torch.cuda.current_stream(first.device).cuda_stream)
+    _capi.check(_capi.lib.linac_forward_device(layer.handle,
+                                               ctypes.byref(args)))
+    return output, final
+
+
+@_forward.register_fake
+def _(package, tensors, initial_state, cu_seqlens, scale):
+    layer = _layer(package)
+    first = tensors[0]
+    batch, tokens = first.shape[:2]
+    heads = _heads(layer, tensors)
+    sequences = batch if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    output = first.new_empty((batch, tokens, heads, layer.value_dim))
+    final = first.new_empty(
+        (sequences, heads, layer.key_dim, layer.state_columns),
+        dtype=torch.float32)
+    return output, final
+
+
+def _no_backward(ctx, *grads):
+    raise NotImplementedError(
+        'linac has no backward pass yet: its layers run forward and decode '
+        'only, so do not ask for gradients through them')
+
+
+def _keep_nothing(ctx, inputs, output):
+    pass
+
+
+_forward.register_autograd(_no_backward, setup_context=_keep_nothing)
+
+
+@torch.library.custom_op('linac::decode', mutates_args=('state_pool',))
+def _decode(package: str, tensors: List[torch.Tensor],
+            state_pool: torch.Tensor, state_indices: torch.Tensor,
+            scale: float) -> torch.Tensor:
+    layer = _layer(package)
+    first = tensors[0]
+    _dtype_name(first.dtype)
+    if first.device.type == 'cpu':
+        if state_pool.dtype != torch.float32 or not state_pool.is_contiguous():
+            raise InvalidArgument('state_pool must be a contiguous float32 '
+                                  'tensor (it is updated in place)')
+        arrays = {n: t.detach().to(torch.float32).contiguous().numpy()
+                  for n, t in zip(_names(layer), tensors)}
+        o = layer.decode(state_pool=state_pool.detach().numpy(),
+                         state_indices=state_indices.cpu().numpy(),
+                         scale=scale, **arrays)
+        return torch.from_numpy(o).to(first.dtype)
+    dtype = first.dtype
+    tensors = _device_arguments(layer, tensors)
+    heads = _heads(layer, tensors)
+    output = torch.zeros(tuple(first.shape[:2]) + (heads, layer.value_dim),
+                         dtype=dtype, device=first.device)
+    indices = state_indices.to(first.device, torch.int64).contiguous()
+    shapes, structs = _device_tensors(_names(layer), tensors)
+    pool_shape = _capi.shape_array(state_pool.shape)
+    args = _capi.DeviceDecodeArgs(
+        structs, len(tensors), _capi.DTYPES[_dtype_name(dtype)],
+        state_pool.data_ptr(), pool_shape, indices.data_ptr(), indices.numel(),
+        output.data_ptr(), scale,
+        torch.cuda.current_stream(first.device).cuda_stream)
+    _capi.check(_capi.lib.linac_decode_device(layer.handle, ctypes.byref(args)))
+    return output
+
+
+@_decode.register_fake
+def _(package, tensors, state_pool, state_indices, scale):
+    layer = _layer(package)
+    first = tensors[0]
+    heads = _heads(layer, tensors)
+    return first.new_empty(tuple(first.shape[:2]) + (heads, layer.value_dim))
+
+
+def _arguments(layer, tensors):
+    """The tensors named as the layer's arguments, in its order."""
+    unknown = set(tensors) - set(_names(layer))
+    if unknown:
+        raise InvalidArgument(
+            f'{", ".join(sorted(unknown))}: not an argument of @{layer.name}')
+    for name in _names(layer):
+        if name not in tensors:
+            role = 'input' if name in layer.inputs else 'param'
+            raise InvalidArgument(f"missing {role} '{name}' of @{layer.name}")
+    return [tensors[n] for n in _names(layer)]
+
+
+def forward(layer, *, initial_state=None, cu_seqlens=None, scale=None,
+            **tensors):
+    """The layer's forward pass on torch tensors, by name: the output
+    [B, T, H, V] in the inputs' dtype and the final states
+    [N, H, K, state_columns] in float32."""
+    return torch.ops.linac.forward(layer.path, _arguments(layer, tensors),
+                                   initial_state, cu_seqlens,
+                                   float(scale or 0.0))
+
+
+def decode(layer, *, state_pool, state_indices, scale=None, **tensors):
+    """A decode step on torch tensors: the states live in `state_pool`
+    [P, H, K, state_columns] (float32, updated in place), sequence b in slot
+    state_indices[b] (-1 skips it). Returns the output [B, n, H, V]."""
+    return torch.ops.linac.decode(layer.path, _arguments(layer, tensors),
+                                  state_pool, state_indices,
+                                  float(scale or 0.0))

@@ -1,0 +1,90 @@
+"""linac's PyTorch operators on CPU tensors: results against the fp64
+reference, torch.library.opcheck, torch.compile(fullgraph=True), and the
+error a backward pass gets."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip('torch')
+
+import linac
+import linac.torch
+import reference
+from test_layer import SPECS, TOLERANCE, random_arguments, relative_error, split
+
+
+def torch_arguments(layer, batch, tokens, heads):
+    arrays = random_arguments(layer, batch, tokens, heads,
+                              np.random.default_rng())
+    return arrays, {n: torch.from_numpy(a) for n, a in arrays.items()}
+
+
+@pytest.fixture
+def layer(cache):
+    return linac.compile(SPECS['scalar_delta'], cache=cache)
+
+
+def test_forward_matches_the_reference(layer):
+    arrays, tensors = torch_arguments(layer, 2, 33, 2)
+    initial = torch.randn(2, 2, 16, 16)
+    o, final = linac.torch.forward(layer, initial_state=initial, **tensors)
+    assert o.dtype == torch.float32 and final.shape == (2, 2, 16, 16)
+    want_o, want_final = reference.run(reference.step_program(layer.path),
+                                       *split(layer, arrays),
+                                       initial_state=initial.numpy())
+    assert relative_error(o.numpy(), want_o) < TOLERANCE
+    assert relative_error(final.numpy(), want_final) < TOLERANCE
+
+
+def test_decode_updates_the_pool_in_place(layer):
+    arrays, tensors = torch_arguments(layer, 2, 3, 2)
+    o, final = linac.torch.forward(layer, **tensors)
+    pool = torch.zeros(2, 2, 16, 16)
+    step = {n: (t[:, :1] if n in layer.inputs else t) for n, t in tensors.items()}
+    first = linac.torch.decode(layer, state_pool=pool,
+                               state_indices=torch.tensor([1, 0]), **step)
+    assert relative_error(first.numpy(), o[:, :1].numpy()) < TOLERANCE
+    assert pool.abs().sum() > 0
+
+
+def test_opcheck(layer):
+    arrays, tensors = torch_arguments(layer, 1, 5, 2)
+    values = [tensors[n] for n in layer.inputs + layer.params]
+    torch.library.opcheck(torch.ops.linac.forward.default,
+                          (layer.path, values, None, None, 0.0))
+    pool = torch.randn(3, 2, 16, 16)
+    step = [tensors[n][:, :1].contiguous() for n in layer.inputs] + [
+        tensors[n] for n in layer.params]
+    torch.library.opcheck(torch.ops.linac.decode.default,
+                          (layer.path, step, pool, torch.tensor([2]), 0.0))
+
+
+def test_torch_compile_fullgraph(layer):
+    arrays, tensors = torch_arguments(layer, 1, 12, 2)
+
+    def model(q, k, v, g, b, A_log):
+        o, state = linac.torch.forward(layer, q=q * 2, k=k, v=v, g=g, b=b,
+                                       A_log=A_log)
+        return o.relu() + 1, state
+
+    compiled = torch.compile(model, fullgraph=True, backend='eager')
+    got_o, got_state = compiled(**tensors)
+    want_o, want_state = model(**tensors)
+    assert torch.equal(got_o, want_o) and torch.equal(got_state, want_state)
+
+
+def test_backward_says_there_is_none(layer):
+    arrays, tensors = torch_arguments(layer, 1, 4, 1)
+    tensors['q'].requires_grad_()
+    o, _ = linac.torch.forward(layer, **tensors)
+    with pytest.raises(NotImplementedError, match='no backward pass yet'):
+        o.sum().backward()
+
+
+def test_bad_arguments_name_themselves(layer):
+    arrays, tensors = torch_arguments(layer, 1, 4, 1)
+    with pytest.raises(linac.InvalidArgument, match='x: not an argument'):
+        linac.torch.forward(layer, x=tensors['q'], **tensors)
+    tensors['q'] = tensors['q'].to(torch.int32)
+    with pytest.raises(linac.InvalidArgument, match='not torch.int32'):
+        linac.torch.forward(layer, **tensors)

@@ -4,16 +4,19 @@
 # and benchmarks them. Options (--rounds N, --reps N, --bench-only) go to
 # linac-gpu-check; --parallel P splits the rounds over P checkers side by
 # side (the fp64 reference runs on the host, one core each), each writing
-# its log to build-gpu/check-P.log, and then benchmarks once. Packages
-# default to those tests/gpu/prepare.sh compiled.
+# its log to build-gpu/check-P.log, and then benchmarks once. --python runs
+# the Python package's tests on CUDA tensors instead (python3 with torch and
+# pytest). Packages default to those tests/gpu/prepare.sh compiled.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 options=()
 packages=()
 rounds=1
 parallel=1
+python=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --python) python=1; shift ;;
     --rounds) rounds=$2; shift 2 ;;
     --parallel) parallel=$2; shift 2 ;;
     --reps) options+=("$1" "$2"); shift 2 ;;
@@ -25,6 +28,11 @@ if [ ${#packages[@]} -eq 0 ]; then packages=(.gpu-packages/*.linac); fi
 cmake -G Ninja -S . -B build-gpu -DLINAC_RUNTIME_ONLY=ON \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.deps" >/dev/null
 cmake --build build-gpu --target linac-gpu-check linac-run linac_runtime_shared
+if [ $python -eq 1 ]; then
+  PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+  LINAC_LIBRARY="$PWD/build-gpu/lib/liblinac.so" PYTHONDONTWRITEBYTECODE=1 \
+    exec python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_cuda.py
+fi
 check=build-gpu/bin/linac-gpu-check
 if [ "$parallel" -le 1 ]; then
   exec "$check" --bench --rounds "$rounds" "${options[@]}" "${packages[@]}"

@@ -1,0 +1,115 @@
+"""linac's PyTorch operators on CUDA tensors, with the sm_90a packages
+tests/gpu/prepare.sh compiled (LINAC_GPU_PACKAGES, default .gpu-packages):
+forward and decode in bf16 and fp32 against the fp64 reference, the
+operators under torch.compile and in a CUDA graph. Skipped without a GPU;
+tests/gpu/run.sh --python runs them on one."""
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip('torch')
+if not torch.cuda.is_available():
+    pytest.skip('no CUDA device', allow_module_level=True)
+
+import linac
+import linac.torch
+import reference
+from conftest import ROOT
+from test_layer import random_arguments, relative_error, split
+
+PACKAGES = os.environ.get('LINAC_GPU_PACKAGES',
+                          os.path.join(ROOT, '.gpu-packages'))
+EXAMPLES = ['gated_deltanet', 'kda', 'gdn2', 'gla', 'mlstm']
+TOLERANCE = {torch.bfloat16: 1e-2, torch.float32: 1e-4}
+
+
+def opened(name):
+    path = os.path.join(PACKAGES, name + '.linac')
+    if not os.path.isdir(path):
+        pytest.skip(f'no {path}: run tests/gpu/prepare.sh')
+    return linac.load(path)
+
+
+def cuda_arguments(layer, batch, tokens, heads, dtype):
+    """Arguments on the device, and the same values (after rounding to
+    `dtype`) for the reference."""
+    arrays = random_arguments(layer, batch, tokens, heads,
+                              np.random.default_rng())
+    tensors = {}
+    for name, a in arrays.items():
+        t = torch.from_numpy(a).cuda()
+        if name in layer.inputs:
+            t = t.to(dtype)
+            arrays[name] = t.float().cpu().numpy()
+        tensors[name] = t
+    return arrays, tensors
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize('name', EXAMPLES)
+def test_forward(name, dtype):
+    layer = opened(name)
+    arrays, tensors = cuda_arguments(layer, 2, 100, 2, dtype)
+    initial = torch.randn(2, 2, layer.key_dim, layer.state_columns,
+                          device='cuda') * 0.1
+    if layer.state_columns > layer.value_dim:
+        initial[..., -1] = initial[..., -1].abs()
+    o, final = linac.torch.forward(layer, initial_state=initial, **tensors)
+    torch.cuda.synchronize()
+    assert o.dtype == dtype and o.is_cuda
+    want_o, want_final = reference.run(reference.step_program(layer.path),
+                                       *split(layer, arrays),
+                                       initial_state=initial.cpu().numpy())
+    assert relative_error(o.float().cpu().numpy(), want_o) < TOLERANCE[dtype]
+    assert relative_error(final.cpu().numpy(), want_final) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize('name', ['gated_deltanet', 'gdn2'])
+def test_decode_continues_a_prefill(name):
+    layer = opened(name)
+    arrays, tensors = cuda_arguments(layer, 3, 9, 2, torch.bfloat16)
+    o, final = linac.torch.forward(layer, **tensors)
+    prefill = {n: t[:, :8] if n in layer.inputs else t
+               for n, t in tensors.items()}
+    _, states = linac.torch.forward(layer, **prefill)
+    pool = torch.zeros((4,) + tuple(states.shape[1:]), device='cuda')
+    pool[torch.tensor([2, 0, 3])] = states
+    step = {n: t[:, 8:] if n in layer.inputs else t
+            for n, t in tensors.items()}
+    out = linac.torch.decode(layer, state_pool=pool,
+                             state_indices=torch.tensor([2, 0, 3],
+                                                        device='cuda'),
+                             **step)
+    torch.cuda.synchronize()
+    assert relative_error(out.float().cpu().numpy(),
+                          o[:, 8:].float().cpu().numpy()) < 1e-2
+    assert relative_error(pool[torch.tensor([2, 0, 3])].cpu().numpy(),
+                          final.cpu().numpy()) < 1e-2
+
+
+def test_compile_and_cuda_graph():
+    layer = opened('gated_deltanet')
+    arrays, tensors = cuda_arguments(layer, 1, 64, 4, torch.bfloat16)
+
+    def model(**kwargs):
+        o, state = linac.torch.forward(layer, **kwargs)
+        return o * 2, state
+
+    want_o, want_state = model(**tensors)
+    compiled = torch.compile(model, fullgraph=True)
+    got_o, got_state = compiled(**tensors)
+    assert torch.equal(got_o, want_o) and torch.equal(got_state, want_state)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        model(**tensors)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_o, graph_state = model(**tensors)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(graph_o, want_o) and torch.equal(graph_state, want_state)

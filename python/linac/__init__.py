@@ -12,10 +12,12 @@ elsewhere open with linac.load(path).
 
 import collections
 import ctypes
+import os
 
 from . import _capi
 from ._capi import Error, InvalidArgument, PackageError
-from ._compiler import CompileError, cache_dir, compile_package, find_compiler
+from ._compiler import (CompileError, cache_dir, compile_package,
+                        find_compiler, open_package)
 
 __all__ = ['Argument', 'CompileError', 'Error', 'InvalidArgument', 'Layer',
            'PackageError', 'cache_dir', 'compile', 'find_compiler', 'load']
@@ -33,7 +35,7 @@ class Layer:
 
     def __init__(self, path):
         self.path = path
-        self._handle = _compiler_open(path)
+        self._handle = open_package(path)
         lib, handle = _capi.lib, self._handle
         self.target = lib.linac_package_target(handle).decode()
         self.name = lib.linac_package_layer(handle).decode()
@@ -157,14 +159,8 @@ class Layer:
         return output
 
 
-def _compiler_open(path):
-    from ._compiler import open_package
-    return open_package(path)
-
-
 def load(path):
     """Opens a package compiled elsewhere (`linac compile ... -o path`)."""
-    import os
     return Layer(os.fspath(path))
 
 

@@ -1,6 +1,6 @@
 // mLSTM: a scalar forget gate log(sigmoid(f)), an exponential input gate
 // exp(i) on the write, and a normaliser n under the same transition:
-// o = S^T q / max(|n^T q|, 1).
+// o = scale S^T q / max(|scale n^T q|, 1).
 !key = tensor<128xf32, #linac.key>
 !value = tensor<128xf32, #linac.value>
 !state = !linac.state<128x128>

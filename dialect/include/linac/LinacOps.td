@@ -158,7 +158,7 @@ def Linac_WriteOp : Linac_TransitionOp<"write"> {
 }
 
 def Linac_ReadOp : Linac_Op<"read", [Pure, HasParent<"LayerOp">]> {
-  let summary = "o = scale S^T q, optionally divided by max(|n^T q|, 1)";
+  let summary = "o = scale S^T q, optionally divided by max(|scale n^T q|, 1)";
   let description = [{
     Without a `scale` attribute the scale is the runtime's `scale` argument,
     K^-1/2 by default. Reading before the write is written by placing the

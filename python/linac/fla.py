@@ -1,0 +1,186 @@
+"""Functions with the signatures and return values of flash-linear-attention's
+(fla-core 0.6) ops, running linac layers.
+
+Each call turns its flags and the tensors' head sizes into a spec, compiles
+it once (cached; CPU tensors take a cpu package, CUDA tensors an sm_90a or
+sm_80 one) and runs it through linac.torch. A flag or argument linac does
+not support raises NotImplementedError naming it. Gates are log-decays as
+FLA takes them; a layer's log-decay must be provably at most 0, so a
+positive gate is taken as 0 (FLA's callers pass log-sigmoids and negated
+softpluses, which are never positive).
+
+Covered: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule (with a
+scalar gate g), chunk_delta_rule and chunk_simple_gla.
+"""
+
+import functools
+
+import torch
+
+from . import compile as _compile
+from . import torch as _ops
+
+_HEADER = '''!key = tensor<{K}xf32, #linac.key>
+!value = tensor<{V}xf32, #linac.value>
+!state = !linac.state<{K}x{V}>
+'''
+
+
+def _refuse(**unsupported):
+    for name, value in unsupported.items():
+        if value not in (None, False):
+            raise NotImplementedError(
+                f'linac.fla: {name}={value!r} is not supported')
+
+
+def _target(device):
+    if device.type == 'cpu':
+        return 'cpu'
+    major, _ = torch.cuda.get_device_capability(device)
+    return 'sm_90a' if major >= 9 else 'sm_80'
+
+
+@functools.lru_cache(maxsize=None)
+def _layer(spec, target):
+    return _compile(spec, target)
+
+
+def _delta_spec(K, V, gated, l2norm, beta_sigmoid, neg_eigval):
+    """The (gated) delta rule: S <- exp(g) S, then erase and write along k
+    with strength beta; o = scale S^T q."""
+    lines = [_HEADER.format(K=K, V=V),
+             'linac.layer @fla_delta_rule(%S : !state)',
+             f'    inputs(%q : !key, %k : !key, %v : !value'
+             f'{", %g : f32" if gated else ""}, %beta : f32) {{']
+    q, k, beta, state = '%q', '%k', '%beta', '%S'
+    if l2norm:
+        lines += ['  %qn = linac.l2norm %q : !key', '  %kn = linac.l2norm %k : !key']
+        q, k = '%qn', '%kn'
+    if beta_sigmoid:
+        lines.append(f'  %beta_s = linac.sigmoid {beta} : f32')
+        beta = '%beta_s'
+    if neg_eigval:
+        lines += ['  %two = arith.constant 2.0 : f32',
+                  f'  %beta_2 = arith.mulf {beta}, %two : f32']
+        beta = '%beta_2'
+    if gated:
+        lines += ['  %zero = arith.constant 0.0 : f32',
+                  '  %log_a = arith.minimumf %g, %zero : f32',
+                  '  %S1 = linac.decay %S key(%log_a : f32) : !state']
+        state = '%S1'
+    lines += [f'  %S2 = linac.erase {state}, {k} strength({beta} : f32) : !state, !key',
+              f'  %S3 = linac.write %S2, {k}, %v strength({beta} : f32) : !state, !key, !value',
+              f'  %o = linac.read %S3, {q} : !state, !key -> !value',
+              '  linac.yield %S3, %o : !state, !value', '}']
+    return '\n'.join(lines) + '\n'
+
+
+def _simple_gla_spec(K, V, gate, fixed_gate):
+    """S <- exp(g) exp(g_gamma) S + k v^T; o = scale S^T q."""
+    args = ', %g : f32' if gate else ''
+    params = ' params(%g_gamma : f32)' if fixed_gate else ''
+    lines = [_HEADER.format(K=K, V=V),
+             'linac.layer @fla_simple_gla(%S : !state)',
+             f'    inputs(%q : !key, %k : !key, %v : !value{args}){params} {{',
+             '  %zero = arith.constant 0.0 : f32']
+    state = '%S'
+    for name in (['%g'] if gate else []) + (['%g_gamma'] if fixed_gate else []):
+        bounded = f'{name}_le0'
+        lines += [f'  {bounded} = arith.minimumf {name}, %zero : f32',
+                  f'  %S_{name[1:]} = linac.decay {state} key({bounded} : f32) : !state']
+        state = f'%S_{name[1:]}'
+    lines += [f'  %S_w = linac.write {state}, %k, %v : !state, !key, !value',
+              '  %o = linac.read %S_w, %q : !state, !key -> !value',
+              '  linac.yield %S_w, %o : !state, !value', '}']
+    return '\n'.join(lines) + '\n'
+
+
+def _run(spec, tensors, scale, initial_state, output_final_state, cu_seqlens,
+         cu_seqlens_cpu, state_v_first):
+    q = tensors['q']
+    layer = _layer(spec, _target(q.device))
+    if initial_state is not None and state_v_first:
+        initial_state = initial_state.transpose(-1, -2)
+    if initial_state is not None:
+        initial_state = initial_state.to(torch.float32).contiguous()
+    cu = cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens
+    o, final = _ops.forward(layer, initial_state=initial_state, cu_seqlens=cu,
+                            scale=scale, **tensors)
+    if not output_final_state:
+        return o, None
+    return o, final.transpose(-1, -2) if state_v_first else final
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
+                           output_final_state=False,
+                           use_qk_l2norm_in_kernel=False,
+                           use_beta_sigmoid_in_kernel=False,
+                           allow_neg_eigval=False, state_v_first=False,
+                           cu_seqlens=None, cu_seqlens_cpu=None,
+                           chunk_indices=None, cp_context=None, **kwargs):
+    """Gated DeltaNet: q, k [B, T, H, K], v [B, T, HV, V], g and beta
+    [B, T, HV]. Returns (o [B, T, HV, V], final state [N, HV, K, V] or
+    None)."""
+    _refuse(chunk_indices=chunk_indices, cp_context=cp_context, **kwargs)
+    spec = _delta_spec(q.shape[-1], v.shape[-1], True,
+                       use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel,
+                       allow_neg_eigval)
+    return _run(spec, dict(q=q, k=k, v=v, g=g, beta=beta), scale,
+                initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu,
+                state_v_first)
+
+
+def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None,
+                                     beta=None, scale=None,
+                                     initial_state=None,
+                                     output_final_state=False,
+                                     use_qk_l2norm_in_kernel=False,
+                                     use_gate_in_kernel=False, A_log=None,
+                                     dt_bias=None,
+                                     use_beta_sigmoid_in_kernel=False,
+                                     allow_neg_eigval=False,
+                                     state_v_first=False, cu_seqlens=None,
+                                     **kwargs):
+    """As chunk_gated_delta_rule, for few tokens; beta defaults to ones."""
+    _refuse(gk=gk, gv=gv, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
+            dt_bias=dt_bias, **kwargs)
+    if beta is None:
+        beta = torch.ones(v.shape[:3], dtype=v.dtype, device=v.device)
+    gated = g is not None
+    spec = _delta_spec(q.shape[-1], v.shape[-1], gated,
+                       use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel,
+                       allow_neg_eigval)
+    tensors = dict(q=q, k=k, v=v, beta=beta)
+    if gated:
+        tensors['g'] = g
+    return _run(spec, tensors, scale, initial_state, output_final_state,
+                cu_seqlens, None, state_v_first)
+
+
+def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None,
+                     output_final_state=False, use_qk_l2norm_in_kernel=False,
+                     cu_seqlens=None, cu_seqlens_cpu=None, **kwargs):
+    """DeltaNet: the delta rule with strength beta [B, T, H]."""
+    _refuse(**kwargs)
+    spec = _delta_spec(q.shape[-1], v.shape[-1], False,
+                       use_qk_l2norm_in_kernel, False, False)
+    return _run(spec, dict(q=q, k=k, v=v, beta=beta), scale, initial_state,
+                output_final_state, cu_seqlens, cu_seqlens_cpu, False)
+
+
+def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None,
+                     initial_state=None, output_final_state=False,
+                     state_v_first=False, cu_seqlens=None,
+                     cu_seqlens_cpu=None, **kwargs):
+    """Linear attention under a scalar log-decay per token (g [B, T, H]),
+    per head (g_gamma [H]), both, or neither."""
+    _refuse(**kwargs)
+    spec = _simple_gla_spec(q.shape[-1], v.shape[-1], g is not None,
+                            g_gamma is not None)
+    tensors = dict(q=q, k=k, v=v)
+    if g is not None:
+        tensors['g'] = g
+    if g_gamma is not None:
+        tensors['g_gamma'] = g_gamma
+    return _run(spec, tensors, scale, initial_state, output_final_state,
+                cu_seqlens, cu_seqlens_cpu, state_v_first)

@@ -1,0 +1,147 @@
+"""linac.fla against flash-linear-attention's recurrences, written out here
+token by token in fp64 numpy from FLA's definitions (not from linac's
+specs), on CPU tensors."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip('torch')
+
+import linac.fla
+
+
+def unit(x):
+    return x / np.sqrt((x * x).sum() + 1e-6)
+
+
+def gated_delta(q, k, v, g, beta, scale, h0=None, l2norm=False, cu=None):
+    """S <- exp(g) S; S <- S + k (beta (v - S^T k))^T; o = scale S^T q,
+    with q and k heads shared by groups of v's heads."""
+    q, k, v, g, beta = (np.asarray(x, np.float64) for x in (q, k, v, g, beta))
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    cu = np.arange(B + 1) * T if cu is None else cu
+    flat = [x.reshape((B * T,) + x.shape[2:]) for x in (q, k, v, g, beta)]
+    o = np.zeros((B * T, HV, V))
+    final = np.zeros((len(cu) - 1, HV, K, V))
+    for n in range(len(cu) - 1):
+        for hv in range(HV):
+            h = hv // (HV // H)
+            S = np.zeros((K, V)) if h0 is None else np.array(h0[n, hv], np.float64)
+            for t in range(cu[n], cu[n + 1]):
+                qt, kt = flat[0][t, h], flat[1][t, h]
+                if l2norm:
+                    qt, kt = unit(qt), unit(kt)
+                S = S * np.exp(flat[3][t, hv])
+                u = flat[4][t, hv] * (flat[2][t, hv] - S.T @ kt)
+                S = S + np.outer(kt, u)
+                o[t, hv] = scale * (S.T @ qt)
+            final[n, hv] = S
+    return o.reshape(B, T, HV, V), final
+
+
+def close(got, want, tolerance=1e-4):
+    got = got.double().numpy()
+    return np.linalg.norm(got - want) <= tolerance * np.linalg.norm(want)
+
+
+def logsigmoid(shape):
+    return torch.nn.functional.logsigmoid(torch.randn(shape))
+
+
+def test_chunk_gated_delta_rule_with_its_flags():
+    B, T, H, HV, K, V = 2, 40, 2, 4, 16, 32
+    q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K)
+    v, g, b = torch.randn(B, T, HV, V), logsigmoid((B, T, HV)), torch.randn(B, T, HV)
+    h0 = torch.randn(B, HV, K, V)
+    o, final = linac.fla.chunk_gated_delta_rule(
+        q, k, v, g, b, scale=0.3, initial_state=h0, output_final_state=True,
+        use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+        allow_neg_eigval=True)
+    beta = 2 * torch.sigmoid(b)
+    want_o, want_final = gated_delta(q, k, v, g, beta, 0.3, h0.numpy(), True)
+    assert close(o, want_o) and close(final, want_final)
+
+
+def test_state_v_first_variable_lengths_and_no_final_state():
+    T, H, K, V = 50, 2, 16, 16
+    q, k, v = torch.randn(1, T, H, K), torch.randn(1, T, H, K), torch.randn(1, T, H, V)
+    g, beta = logsigmoid((1, T, H)), torch.rand(1, T, H)
+    cu = torch.tensor([0, 13, 13, 50], dtype=torch.int32)
+    h0 = torch.randn(3, H, V, K)  # value-first
+    o, final = linac.fla.chunk_gated_delta_rule(
+        q, k, v, g, beta, initial_state=h0, output_final_state=True,
+        state_v_first=True, cu_seqlens=cu)
+    want_o, want_final = gated_delta(q, k, v, g, beta, K ** -0.5,
+                                     h0.transpose(-1, -2).numpy(),
+                                     cu=cu.numpy())
+    assert close(o, want_o)
+    assert close(final.transpose(-1, -2), want_final)
+    _, none = linac.fla.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu)
+    assert none is None
+
+
+def test_fused_recurrent_continues_a_chunk_pass():
+    B, T, H, K, V = 2, 9, 2, 16, 16
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    g, beta = logsigmoid((B, T, H)), torch.rand(B, T, H)
+    o, final = linac.fla.chunk_gated_delta_rule(q, k, v, g, beta,
+                                                output_final_state=True)
+    _, state = linac.fla.chunk_gated_delta_rule(
+        q[:, :8], k[:, :8], v[:, :8], g[:, :8], beta[:, :8],
+        output_final_state=True)
+    o_last, final_last = linac.fla.fused_recurrent_gated_delta_rule(
+        q[:, 8:], k[:, 8:], v[:, 8:], g=g[:, 8:], beta=beta[:, 8:],
+        initial_state=state, output_final_state=True)
+    assert torch.allclose(o_last, o[:, 8:], rtol=1e-4, atol=1e-5)
+    assert torch.allclose(final_last, final, rtol=1e-4, atol=1e-5)
+
+
+def test_chunk_delta_rule():
+    B, T, H, K, V = 1, 30, 2, 16, 16
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    beta = torch.rand(B, T, H)
+    o, final = linac.fla.chunk_delta_rule(q, k, v, beta, output_final_state=True,
+                                          use_qk_l2norm_in_kernel=True)
+    want_o, want_final = gated_delta(q, k, v, torch.zeros(B, T, H), beta,
+                                     K ** -0.5, l2norm=True)
+    assert close(o, want_o) and close(final, want_final)
+
+
+@pytest.mark.parametrize('gates', ['g', 'g_gamma', 'both', 'neither'])
+def test_chunk_simple_gla(gates):
+    B, T, H, K, V = 2, 35, 2, 16, 16
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    g = logsigmoid((B, T, H)) if gates in ('g', 'both') else None
+    g_gamma = -torch.rand(H) if gates in ('g_gamma', 'both') else None
+    o, final = linac.fla.chunk_simple_gla(q, k, v, g=g, g_gamma=g_gamma,
+                                          output_final_state=True)
+    log_a = torch.zeros(B, T, H)
+    if g is not None:
+        log_a = log_a + g
+    if g_gamma is not None:
+        log_a = log_a + g_gamma
+    # The delta rule with beta = 0 erases and writes nothing: write v by hand.
+    want_o = np.zeros((B, T, H, V))
+    want_final = np.zeros((B, H, K, V))
+    for b in range(B):
+        for h in range(H):
+            S = np.zeros((K, V))
+            for t in range(T):
+                S = S * np.exp(float(log_a[b, t, h]))
+                S = S + np.outer(k[b, t, h].double().numpy(), v[b, t, h].double().numpy())
+                want_o[b, t, h] = K ** -0.5 * (S.T @ q[b, t, h].double().numpy())
+            want_final[b, h] = S
+    assert close(o, want_o) and close(final, want_final)
+
+
+def test_unsupported_flags_are_named():
+    q = torch.randn(1, 4, 1, 16)
+    g, beta = logsigmoid((1, 4, 1)), torch.rand(1, 4, 1)
+    with pytest.raises(NotImplementedError, match='cp_context'):
+        linac.fla.chunk_gated_delta_rule(q, q, q, g, beta, cp_context=object())
+    with pytest.raises(NotImplementedError, match='use_gate_in_kernel'):
+        linac.fla.fused_recurrent_gated_delta_rule(q, q, q, g=g, beta=beta,
+                                                   use_gate_in_kernel=True)
+    with pytest.raises(NotImplementedError, match='head_first'):
+        linac.fla.chunk_simple_gla(q, q, q, g=g, head_first=True)

@@ -10,7 +10,8 @@ positive gate is taken as 0 (FLA's callers pass log-sigmoids and negated
 softpluses, which are never positive).
 
 Covered: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule (with a
-scalar gate g), chunk_delta_rule and chunk_simple_gla.
+scalar gate g), chunk_delta_rule, chunk_simple_gla, chunk_retention and
+chunk_gla.
 """
 
 import functools
@@ -93,6 +94,20 @@ def _simple_gla_spec(K, V, gate, fixed_gate):
               '  %o = linac.read %S_w, %q : !state, !key -> !value',
               '  linac.yield %S_w, %o : !state, !value', '}']
     return '\n'.join(lines) + '\n'
+
+
+def _gla_spec(K, V):
+    """S <- diag(exp(g)) S + k v^T, g a key vector; o = scale S^T q."""
+    return '\n'.join([
+        _HEADER.format(K=K, V=V),
+        'linac.layer @fla_gla(%S : !state)',
+        '    inputs(%q : !key, %k : !key, %v : !value, %g : !key) {',
+        '  %zero = arith.constant dense<0.0> : !key',
+        '  %log_a = arith.minimumf %g, %zero : !key',
+        '  %S1 = linac.decay %S key(%log_a : !key) : !state',
+        '  %S2 = linac.write %S1, %k, %v : !state, !key, !value',
+        '  %o = linac.read %S2, %q : !state, !key -> !value',
+        '  linac.yield %S2, %o : !state, !value', '}']) + '\n'
 
 
 def _run(spec, tensors, scale, initial_state, output_final_state, cu_seqlens,
@@ -184,3 +199,24 @@ def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None,
         tensors['g_gamma'] = g_gamma
     return _run(spec, tensors, scale, initial_state, output_final_state,
                 cu_seqlens, cu_seqlens_cpu, state_v_first)
+
+
+def chunk_retention(q, k, v, scale=None, initial_state=None,
+                    output_final_state=False, cu_seqlens=None, **kwargs):
+    """RetNet: head h of q's H decays by 1 - 2^(-5 - h) a token."""
+    _refuse(**kwargs)
+    heads = torch.arange(q.shape[2], dtype=torch.float32, device=q.device)
+    g_gamma = torch.log1p(-torch.pow(2.0, -5.0 - heads))
+    return chunk_simple_gla(q, k, v, g_gamma=g_gamma, scale=scale,
+                            initial_state=initial_state,
+                            output_final_state=output_final_state,
+                            cu_seqlens=cu_seqlens)
+
+
+def chunk_gla(q, k, v, g, scale=None, initial_state=None,
+              output_final_state=False, state_v_first=False, cu_seqlens=None,
+              cu_seqlens_cpu=None):
+    """GLA: a log-decay per key channel, g [B, T, H, K]."""
+    return _run(_gla_spec(q.shape[-1], v.shape[-1]), dict(q=q, k=k, v=v, g=g),
+                scale, initial_state, output_final_state, cu_seqlens,
+                cu_seqlens_cpu, state_v_first)

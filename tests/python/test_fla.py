@@ -135,6 +135,46 @@ def test_chunk_simple_gla(gates):
     assert close(o, want_o) and close(final, want_final)
 
 
+def decayed_linear_attention(q, k, v, log_a, scale, h0=None):
+    """S <- diag(exp(log_a)) S + k v^T (log_a broadcast over the key
+    channels); o = scale S^T q."""
+    q, k, v, log_a = (np.asarray(x, np.float64) for x in (q, k, v, log_a))
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    log_a = np.broadcast_to(log_a.reshape(B, T, H, -1), (B, T, H, K))
+    o = np.zeros((B, T, H, V))
+    final = np.zeros((B, H, K, V))
+    for b in range(B):
+        for h in range(H):
+            S = np.zeros((K, V)) if h0 is None else np.array(h0[b, h], np.float64)
+            for t in range(T):
+                S = np.exp(log_a[b, t, h])[:, None] * S + np.outer(k[b, t, h], v[b, t, h])
+                o[b, t, h] = scale * (S.T @ q[b, t, h])
+            final[b, h] = S
+    return o, final
+
+
+def test_chunk_retention_decays_each_head_by_its_gamma():
+    B, T, H, K, V = 1, 30, 4, 16, 16
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    o, final = linac.fla.chunk_retention(q, k, v, output_final_state=True)
+    gamma = 1 - 2.0 ** (-5.0 - np.arange(H))
+    log_a = np.broadcast_to(np.log(gamma), (B, T, H))
+    want_o, want_final = decayed_linear_attention(q, k, v, log_a, K ** -0.5)
+    assert close(o, want_o) and close(final, want_final)
+
+
+def test_chunk_gla_with_a_gate_per_key_channel():
+    B, T, H, K, V = 2, 33, 2, 16, 32
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    g = logsigmoid((B, T, H, K))
+    h0 = torch.randn(B, H, K, V)
+    o, final = linac.fla.chunk_gla(q, k, v, g, scale=0.5, initial_state=h0,
+                                   output_final_state=True)
+    want_o, want_final = decayed_linear_attention(q, k, v, g, 0.5, h0.numpy())
+    assert close(o, want_o) and close(final, want_final)
+
+
 def test_unsupported_flags_are_named():
     q = torch.randn(1, 4, 1, 16)
     g, beta = logsigmoid((1, 4, 1)), torch.rand(1, 4, 1)

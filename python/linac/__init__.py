@@ -79,13 +79,33 @@ class Layer:
                 f'{", ".join(sorted(unknown))}: not an argument of @{self.name}'
                 f' (inputs {", ".join(self.inputs)}; parameters '
                 f'{", ".join(self.params) or "none"})')
-        arrays = {name: np.ascontiguousarray(value, dtype=np.float32)
+        # np.ascontiguousarray would make a 0-d array 1-d.
+        arrays = {name: np.require(np.asarray(value, dtype=np.float32),
+                                   requirements='C')
                   for name, value in tensors.items()}
         shapes = [_capi.shape_array(a.shape) for a in arrays.values()]
         structs = (_capi.HostTensor * max(len(arrays), 1))(*[
             _capi.HostTensor(name.encode(), a.ctypes.data, a.ndim, shape)
             for (name, a), shape in zip(arrays.items(), shapes)])
         return arrays, shapes, structs
+
+    def _leading_dims(self, arrays):
+        """The first input given, which sets B and T, and H, the most heads
+        an argument has; the runtime checks the rest of the shapes."""
+        for name, array in arrays.items():
+            least = 3 if name in self.inputs else 1
+            if array.ndim < least:
+                kind = 'input' if least == 3 else 'param'
+                raise InvalidArgument(
+                    f"{kind} '{name}' has shape {list(array.shape)}; inputs "
+                    'are [B, T, H, ...] and parameters [H, ...]')
+        first = next((arrays[n] for n in self.inputs if n in arrays), None)
+        if first is None:
+            raise InvalidArgument(f'@{self.name} needs its inputs '
+                                  f'({", ".join(self.inputs)})')
+        heads = max([arrays[n].shape[2] for n in self.inputs if n in arrays] +
+                    [arrays[n].shape[0] for n in self.params if n in arrays])
+        return first, heads
 
     def forward(self, *, initial_state=None, cu_seqlens=None, scale=None,
                 **tensors):
@@ -95,13 +115,8 @@ class Layer:
         [B, T, H, V] and the final states, float32 numpy arrays."""
         import numpy as np
         arrays, shapes, structs = self._host_tensors(tensors)
-        first = next((arrays[n] for n in self.inputs if n in arrays), None)
-        if first is None or first.ndim < 3:
-            raise InvalidArgument(f'@{self.name} needs its inputs '
-                                  f'({", ".join(self.inputs)}) as [B, T, H, ...]')
+        first, heads = self._leading_dims(arrays)
         batch, tokens = first.shape[:2]
-        heads = max([arrays[n].shape[2] for n in self.inputs if n in arrays] +
-                    [arrays[n].shape[0] for n in self.params if n in arrays])
         cu = None
         sequences = batch
         if cu_seqlens is not None:
@@ -141,12 +156,7 @@ class Layer:
             raise InvalidArgument('state_pool must be a C-contiguous float32 '
                                   'numpy array (it is updated in place)')
         arrays, shapes, structs = self._host_tensors(tensors)
-        first = next((arrays[n] for n in self.inputs if n in arrays), None)
-        if first is None or first.ndim < 3:
-            raise InvalidArgument(f'@{self.name} needs its inputs '
-                                  f'({", ".join(self.inputs)}) as [B, n, H, ...]')
-        heads = max([arrays[n].shape[2] for n in self.inputs if n in arrays] +
-                    [arrays[n].shape[0] for n in self.params if n in arrays])
+        first, heads = self._leading_dims(arrays)
         indices = np.ascontiguousarray(state_indices, dtype=np.int64)
         output = np.zeros(first.shape[:2] + (heads, self.value_dim), np.float32)
         pool_shape = _capi.shape_array(state_pool.shape)

@@ -36,12 +36,17 @@ def _names(layer):
 
 
 def _heads(layer, tensors):
-    inputs = tensors[:len(layer.inputs)]
-    if any(t.dim() < 3 for t in inputs):
-        raise InvalidArgument(f'@{layer.name} needs its inputs '
-                              f'({", ".join(layer.inputs)}) as [B, T, H, ...]')
-    return max([t.shape[2] for t in inputs] +
-               [t.shape[0] for t in tensors[len(layer.inputs):]])
+    """H, the most heads an argument has (inputs [B, T, H, ...], parameters
+    [H, ...]); the runtime checks the rest of the shapes."""
+    count = len(layer.inputs)
+    for i, (name, t) in enumerate(zip(_names(layer), tensors)):
+        if t.dim() < (3 if i < count else 1):
+            role = 'input' if i < count else 'param'
+            raise InvalidArgument(
+                f"{role} '{name}' has shape {list(t.shape)}; inputs are "
+                '[B, T, H, ...] and parameters [H, ...]')
+    return max([t.shape[2] for t in tensors[:count]] +
+               [t.shape[0] for t in tensors[count:]])
 
 
 def _device_tensors(names, tensors):

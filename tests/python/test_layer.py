@@ -186,6 +186,9 @@ def test_bad_calls_are_errors_that_name_the_argument(cache):
     tensors['w'] = np.zeros((1, 4, 2, 15), np.float32)
     with pytest.raises(linac.InvalidArgument, match="input 'w' has shape"):
         layer(**tensors)
+    tensors['w'] = np.zeros((4, 2), np.float32)
+    with pytest.raises(linac.InvalidArgument, match=r"input 'w' has shape \[4, 2\]"):
+        layer(**tensors)
 
 
 def test_a_bad_spec_is_a_compile_error(cache):

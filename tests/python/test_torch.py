@@ -85,6 +85,8 @@ def test_bad_arguments_name_themselves(layer):
     arrays, tensors = torch_arguments(layer, 1, 4, 1)
     with pytest.raises(linac.InvalidArgument, match='x: not an argument'):
         linac.torch.forward(layer, x=tensors['q'], **tensors)
+    with pytest.raises(linac.InvalidArgument, match=r"param 'A_log' has shape \[\]"):
+        linac.torch.forward(layer, **dict(tensors, A_log=torch.tensor(0.5)))
     tensors['q'] = tensors['q'].to(torch.int32)
     with pytest.raises(linac.InvalidArgument, match='not torch.int32'):
         linac.torch.forward(layer, **tensors)

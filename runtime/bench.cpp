@@ -260,13 +260,15 @@ std::string entryFor(const std::vector<manifest::Kernel> &kernels,
 
 } // namespace
 
-Result forward(const Package &package, Shape shape, DType dtype, int reps) {
+Result forward(const Package &package, Shape shape, DType dtype, int reps,
+               int64_t segmentTokens) {
   const manifest::Manifest &info = package.info();
   int64_t k = package.keyDim(), v = package.valueDim();
   RandomArguments arguments(package, shape, dtype);
   DeviceForwardRequest request;
   request.dtype = dtype;
   request.tensors = arguments.tensors;
+  request.segmentTokens = segmentTokens;
   DeviceBuffer output(size_t(shape.batch * shape.tokens) * shape.heads * v *
                       elementSize(dtype));
   request.output = output.data();

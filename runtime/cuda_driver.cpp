@@ -108,6 +108,10 @@ StreamBuffer::StreamBuffer(const void *data, size_t bytes, CUstream stream)
   }
 }
 
+StreamBuffer::StreamBuffer(size_t bytes, CUstream stream) : stream_(stream) {
+  check(driver().cuMemAllocAsync(&address_, bytes, stream), "cuMemAllocAsync");
+}
+
 StreamBuffer::~StreamBuffer() {
   // A destructor cannot report a failure; one here means the stream is
   // already broken, which the caller's next synchronisation reports.

@@ -78,6 +78,8 @@ bool isDeviceMemory(const void *pointer);
 class StreamBuffer {
 public:
   StreamBuffer(const void *data, size_t bytes, CUstream stream);
+  /// Uninitialised device bytes, allocated and freed in the stream's order.
+  StreamBuffer(size_t bytes, CUstream stream);
   ~StreamBuffer();
   StreamBuffer(const StreamBuffer &) = delete;
   StreamBuffer &operator=(const StreamBuffer &) = delete;

@@ -11,6 +11,7 @@
 #include "checks.h"
 #include "cuda_driver.h"
 #include "linac/cuda/abi.h"
+#include "linac/segments.h"
 
 #include <cstring>
 
@@ -146,6 +147,22 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
     return;
 
   auto stream = static_cast<CUstream>(request.stream);
+  if (kernel.chunkwise && composeKernel_) {
+    SegmentShape segmentShape;
+    segmentShape.offsets = request.cuSeqlens;
+    if (segmentShape.offsets.empty())
+      for (int64_t s = 0; s <= shape.sequences; ++s)
+        segmentShape.offsets.push_back(s * shape.tokens);
+    segmentShape.heads = shape.heads;
+    segmentShape.chunkSize = info_.plan.chunkSize.value();
+    segmentShape.residentBlocks = modules_->residentBlocks(
+        context, kernel.entry, kernel.blockThreads, kernel.sharedMemory);
+    segmentShape.transitionBlocks = transitionBlocks_;
+    std::vector<linac_cuda_segment> segments =
+        cutSegments(segmentShape, request.segmentTokens);
+    if (!segments.empty())
+      return forwardSegments(kernel, context, args, segments, stream);
+  }
   std::optional<cuda::StreamBuffer> cuSeqlens;
   if (!request.cuSeqlens.empty()) {
     cuSeqlens.emplace(request.cuSeqlens.data(),
@@ -155,13 +172,46 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
   launch(kernel, context, &args, shape.heads, shape.sequences, stream);
 }
 
+void Package::forwardSegments(const CudaKernel &kernel, CUctx_st *context,
+                              linac_cuda_forward_args &args,
+                              const std::vector<linac_cuda_segment> &segments,
+                              CUstream_st *stream) const {
+  const int64_t count = int64_t(segments.size()), heads = args.num_heads;
+  // Every segment's slots, the first's and the last's unused, in the
+  // stream's order so that they live exactly as long as the passes.
+  const size_t stateBytes =
+      sizeof(float) * size_t(count * heads * keyDim_ * stateColumns());
+  // A transition is K x K with an erase, else K total log-gates (unused
+  // without a gate).
+  const size_t transitionBytes =
+      sizeof(float) * size_t(count * heads * keyDim_ *
+                             (transitionBlocks_ > 0 ? keyDim_ : 1));
+  cuda::StreamBuffer table(segments.data(),
+                           segments.size() * sizeof(linac_cuda_segment), stream);
+  cuda::StreamBuffer states(stateBytes, stream);
+  cuda::StreamBuffer transitions(transitionBytes, stream);
+  args.num_segments = count;
+  args.segments = reinterpret_cast<const linac_cuda_segment *>(table.address());
+  args.segment_states = reinterpret_cast<float *>(states.address());
+  args.segment_transitions = reinterpret_cast<float *>(transitions.address());
+  args.segment_pass = LINAC_CUDA_SEGMENT_LOCAL;
+  launch(kernel, context, &args, heads, count, stream, 1 + transitionBlocks_);
+  args.segment_pass = LINAC_CUDA_SEGMENT_COMPOSE;
+  const int64_t tiles = (stateColumns() + LINAC_CUDA_COMPOSE_COLUMNS - 1) /
+                        LINAC_CUDA_COMPOSE_COLUMNS;
+  launch(*composeKernel_, context, &args, heads, count, stream, tiles);
+  args.segment_pass = LINAC_CUDA_SEGMENT_FINISH;
+  launch(kernel, context, &args, heads, count, stream);
+}
+
 void Package::launch(const CudaKernel &kernel, CUctx_st *context, void *args,
-                     int64_t gridX, int64_t gridY, CUstream_st *stream) const {
+                     int64_t gridX, int64_t gridY, CUstream_st *stream,
+                     int64_t gridZ) const {
   CUfunction function =
       modules_->function(context, kernel.entry, kernel.sharedMemory);
   void *params[] = {args};
   cuda::check(cuda::driver().cuLaunchKernel(
-                  function, unsigned(gridX), unsigned(gridY), 1,
+                  function, unsigned(gridX), unsigned(gridY), unsigned(gridZ),
                   kernel.blockThreads, 1, 1, kernel.sharedMemory, stream,
                   params, nullptr),
               "cuLaunchKernel('" + kernel.entry + "')");

@@ -321,6 +321,14 @@ std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file) {
   return kernels;
 }
 
+std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file) {
+  if (plan.target == Target::Cpu || plan.family == Family::Recurrent)
+    return std::nullopt;
+  return Segments{{"linac_segment_compose", file, DType::Float32, plan.family,
+                   plan.composeBlockThreads, plan.composeSharedMemory},
+                  plan.transitionBlocks.value()};
+}
+
 std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file) {
   if (plan.target == Target::Cpu)
     return {{"linac_cpu_decode", file, DType::Float32, Family::Recurrent}};

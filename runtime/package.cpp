@@ -151,10 +151,15 @@ void Package::readManifest(const std::string &path, Package *package) {
     for (const manifest::Kernel &kernel : list)
       kernels.push_back({kernel.entry, kernel.dtype,
                          unsigned(kernel.blockThreads.value()),
-                         unsigned(kernel.sharedMemory.value())});
+                         unsigned(kernel.sharedMemory.value()),
+                         kernel.family != manifest::Family::Recurrent});
     return kernels;
   };
   package->kernels_ = kernelsOf(info.kernels);
+  if (info.segments) {
+    package->composeKernel_ = kernelsOf({info.segments->compose}).front();
+    package->transitionBlocks_ = info.segments->transitionBlocks;
+  }
   package->decodeKernels_ = kernelsOf(info.decode.kernels);
   package->decodeParts_ = info.decode.parts.value();
   package->decodeTensorMap_ =

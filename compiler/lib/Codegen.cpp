@@ -742,6 +742,17 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
                        kernel.family == manifest::Family::Recurrent ? "SCAN"
                                                                     : "CHUNK",
                        StringRef(manifest::nameOf(kernel.dtype)).upper());
+  if (std::optional<manifest::Segments> segments =
+          manifest::segmentsFor(plan, ""))
+    out += fmt::format(
+        "static_assert(linac::cuda::transitionBlocks<Layer>() == {}, "
+        "\"the plan's transition blocks\");\n"
+        "static_assert(linac::cuda::composeThreads<Layer>() == {} && "
+        "linac::cuda::composeSharedBytes<Layer>() == {}, "
+        "\"the plan's compose kernel\");\n"
+        "LINAC_SEGMENT_COMPOSE_KERNEL(Layer)\n",
+        segments->transitionBlocks, segments->compose.blockThreads.value(),
+        segments->compose.sharedMemory.value());
   out += fmt::format(
       "static_assert(linac::cuda::decodeSharedBytes<Layer>() == {}, "
       "\"the plan's decode shared memory\");\n"

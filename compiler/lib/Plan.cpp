@@ -378,6 +378,17 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // small sum of large terms (bench/rounding_model.py --dtype float16).
     // Such layers take the exact scan for fp16.
     plan.chunkwiseFloat16 = !form.normalizer;
+    // Segments: with an erase, the transition of a segment is a K x K
+    // matrix, made by the chunkwise kernel from the identity in column
+    // blocks of V, which the compose kernel multiplies in shared memory;
+    // otherwise it is the segment's total log-gates (segmentComposeKernel
+    // in templates/linac/cuda/chunk.h).
+    bool erase = form.erase != Strength::None;
+    int64_t keyDim = state.getKeyDim();
+    plan.transitionBlocks = erase ? llvm::divideCeil(keyDim, valueDim) : 0;
+    plan.composeBlockThreads = LINAC_CUDA_COMPOSE_THREADS;
+    plan.composeSharedMemory =
+        erase ? 4 * keyDim * (keyDim + LINAC_CUDA_COMPOSE_COLUMNS) : 0;
   }
   return plan;
 }

@@ -148,6 +148,7 @@ struct BenchOptions {
   std::vector<std::string> packages, shapes;
   std::string dtype = "bfloat16";
   int reps = 50;
+  int64_t segmentTokens = 0;
   bool decode = false;
 };
 
@@ -183,7 +184,8 @@ int bench(const BenchOptions &options) {
       linac::bench::Result result =
           options.decode
               ? linac::bench::decode(*package, shape, *dtype, options.reps)
-              : linac::bench::forward(*package, shape, *dtype, options.reps);
+              : linac::bench::forward(*package, shape, *dtype, options.reps,
+                                      options.segmentTokens);
       std::printf("%s\n", linac::bench::jsonLine(
                               *package, options.decode ? "decode" : "forward",
                               shape, *dtype, result, ceilings)
@@ -234,6 +236,10 @@ int main(int argc, char **argv) {
                            "bfloat16, float16 or float32");
   benchCommand->add_option("--reps", benchOptions.reps,
                            "Timed runs per case (median)");
+  benchCommand->add_option(
+      "--segment-tokens", benchOptions.segmentTokens,
+      "Cut sequences into segments of this many tokens (0: as the runtime "
+      "chooses; -1: never)");
   benchCommand->add_flag("--decode", benchOptions.decode,
                          "Time decode steps: --shape B,T,H is B sequences of "
                          "T new tokens (default 64,1,16 and 256,1,16)");

@@ -22,7 +22,7 @@
 // inputs are staged in shared memory a chunk ahead; the scalar %b, not 16
 // bytes a token, stays in registers.
 // SM90: linac.layer @vector_gate
-// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_size = 64 : i64, chunkwise_float16 = true, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", late_shared_inputs = array<i64>, scan_block_threads = 32 : i64, shared_inputs = array<i64: 0, 1, 2, 3>, shared_memory = 134144 : i64, subchunk_size = 16 : i64, target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_size = 64 : i64, chunkwise_float16 = true, compose_block_threads = 128 : i64, compose_shared_memory = 24576 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", late_shared_inputs = array<i64>, scan_block_threads = 32 : i64, shared_inputs = array<i64: 0, 1, 2, 3>, shared_memory = 134144 : i64, subchunk_size = 16 : i64, target = "sm_90a", transition_blocks = 2 : i64}
 // SM80: linac.layer @vector_gate
 // SM80-SAME: target = "sm_80"
 linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : !key, %b : f32) {

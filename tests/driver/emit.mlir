@@ -13,7 +13,7 @@
 // MLIR-NOT: linac.normal_form
 // NORMAL: linac.normal_form = {
 // NORMAL-NOT: linac.plan
-// PLAN: linac.plan = {{{.*}}target = "sm_90a"}
+// PLAN: linac.plan = {{{.*}}target = "sm_90a"{{.*}}}
 // BADEMIT: Cannot find option named 'binary'
 
 // Spec names that C++ or the generated code reserve, or that are not

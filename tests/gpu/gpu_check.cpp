@@ -3,8 +3,10 @@
 //   linac-gpu-check [--bench | --bench-only] [--reps N] [--rounds N] NAME.linac...
 //
 // Runs each package on the GPU over the cases below on fresh random inputs,
-// outputs poisoned with NaN first, and compares outputs and final states
-// with the fp64 reference: relative error at most 1e-2 for bf16 and fp16
+// outputs poisoned with NaN first, each sequence whole and then cut into
+// segments (one chunk each, three chunks across a varlen batch, and the
+// runtime's own cut of a long sequence), and compares outputs and final
+// states with the fp64 reference: relative error at most 1e-2 for bf16 and fp16
 // inputs, 1e-4 for fp32, every element written and finite; gates moderate,
 // strong, saturating to decay factors of 0 and zero; one case puts every
 // argument and the output one element off alignment, and one makes a
@@ -103,17 +105,20 @@ struct DeviceArguments {
   }
 };
 
-/// A forward pass on the device from `initialState` (or zeros); returns
-/// the outputs and final states as floats.
+/// A forward pass on the device from `initialState` (or zeros), its
+/// sequences cut as `segmentTokens` says (DeviceForwardRequest); returns the
+/// outputs and final states as floats.
 std::pair<std::vector<float>, std::vector<float>>
 forwardOnDevice(const Package &package,
                 const std::map<std::string, Argument> &arguments,
                 const std::vector<int64_t> &cuSeqlens,
                 const std::vector<float> &initialState, size_t outputSize,
-                size_t stateSize, DType dtype, bool misaligned = false) {
+                size_t stateSize, DType dtype, bool misaligned = false,
+                int64_t segmentTokens = 0) {
   DeviceArguments device(arguments, dtype, misaligned);
   DeviceForwardRequest request;
   request.dtype = dtype;
+  request.segmentTokens = segmentTokens;
   request.cuSeqlens = cuSeqlens;
   request.tensors = device.tensors;
   std::unique_ptr<DeviceBuffer> initial;
@@ -159,16 +164,27 @@ std::vector<float> decodeOnDevice(const Package &package,
   return decodeFrom(output.download(), dtype);
 }
 
-/// Runs `c` on the device in `dtype` and compares with the reference.
+/// Runs `c` on the device in `dtype` and compares with the reference:
+/// each sequence whole, then cut into segments of `segmentTokens` (0: as
+/// the runtime chooses), the worse of the two outcomes.
 Outcome runCase(const Package &package, const Case &c, DType dtype,
-                bool misaligned) {
+                bool misaligned, int64_t segmentTokens) {
   Dims dims{int(package.keyDim()), int(package.valueDim())};
   Problem problem = makeProblem(package, dims, c, roundingOf(dtype));
-  auto [output, finalState] =
-      forwardOnDevice(package, problem.arguments, c.cuSeqlens,
-                      problem.initialState, problem.outputSize,
-                      problem.stateSize, dtype, misaligned);
-  return compare(problem, output, finalState);
+  Outcome worst;
+  for (int64_t tokens : {int64_t(-1), segmentTokens}) {
+    auto [output, finalState] =
+        forwardOnDevice(package, problem.arguments, c.cuSeqlens,
+                        problem.initialState, problem.outputSize,
+                        problem.stateSize, dtype, misaligned, tokens);
+    Outcome outcome = compare(problem, output, finalState);
+    worst.outputError = std::max(worst.outputError, outcome.outputError);
+    worst.stateError = std::max(worst.stateError, outcome.stateError);
+    worst.finite = worst.finite && outcome.finite;
+    worst.nansKept = worst.nansKept && outcome.nansKept;
+    worst.referenceNans = outcome.referenceNans;
+  }
+  return worst;
 }
 
 /// A decode step of `tokens` for `batch` sequences on a pool of `batch`
@@ -294,6 +310,8 @@ struct NamedCase {
   Case c;
   DType dtype;
   bool misaligned = false;
+  /// The segments of the second run (runCase): one chunk each unless set.
+  int64_t segmentTokens = 1;
 };
 
 std::vector<NamedCase> cases() {
@@ -333,6 +351,16 @@ std::vector<NamedCase> cases() {
   add("misaligned", DType::BFloat16, [](Case &c) { c.tokens = 130; });
   all.back().misaligned = true;
   add("fp32", DType::Float32, [](Case &c) { c.tokens = 130; });
+  // Segments of three chunks across a varlen batch, and the runtime's own
+  // cut of a long sequence that leaves the GPU idle.
+  add("varlen-seg3", DType::BFloat16, [](Case &c) {
+    c.batch = 1, c.cuSeqlens = {0, 200, 201, 393, 394, 1000};
+  });
+  all.back().segmentTokens = 192;
+  add("T4096-auto", DType::BFloat16, [](Case &c) {
+    c.batch = 1, c.tokens = 4096, c.heads = 2, c.keyHeads = 1;
+  });
+  all.back().segmentTokens = 0;
   return all;
 }
 
@@ -395,7 +423,7 @@ int main(int argc, char **argv) {
       checks.push_back({&package, named.name, named.dtype,
                         [&package, named] {
                           return runCase(package, named.c, named.dtype,
-                                         named.misaligned);
+                                         named.misaligned, named.segmentTokens);
                         },
                         named.c.nanGateToken >= 0});
     for (DType dtype : {DType::BFloat16, DType::Float32}) {

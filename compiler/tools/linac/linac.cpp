@@ -128,6 +128,7 @@ manifestOf(linac::LayerOp layer, const linac::manifest::NormalForm &form,
          layer.isParam(arg) ? manifest::Role::Param : manifest::Role::Input,
          linac::kindOf(arg.getType())});
   contents.kernels = manifest::forwardKernels(plan, kernelFile);
+  contents.segments = manifest::segmentsFor(plan, kernelFile);
   contents.decode.kernels = manifest::decodeKernels(plan, kernelFile);
   // With tensor staging the runtime encodes a tensor map of each call's
   // pool for the kernel (linac_cuda_decode_args::state_map).

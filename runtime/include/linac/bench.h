@@ -66,8 +66,9 @@ struct Result {
 
 /// Runs `package` at `shape` on fresh random inputs in `dtype`: warm-up,
 /// then the median of `reps` runs timed with CUDA events, each behind a
-/// clear of L2.
-Result forward(const Package &package, Shape shape, DType dtype, int reps = 50);
+/// clear of L2; `segmentTokens` as DeviceForwardRequest takes it.
+Result forward(const Package &package, Shape shape, DType dtype, int reps = 50,
+               int64_t segmentTokens = 0);
 
 /// Times a decode step of shape.tokens new tokens for each of shape.batch
 /// sequences, each in its own slot of a pool of shape.batch slots.

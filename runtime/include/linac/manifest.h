@@ -191,6 +191,12 @@ struct Plan {
   /// block's threads, its ring's stages and its shared memory.
   std::optional<int64_t> decodeWarps, decodeParts, decodeBlockThreads,
       decodeStages, decodeSharedMemory;
+  /// A chunkwise GPU forward's segments (templates/linac/cuda/abi.h): the
+  /// blocks of the LOCAL pass a segment takes besides its state's (its
+  /// transition's column blocks), and the compose kernel's block and
+  /// shared memory.
+  std::optional<int64_t> transitionBlocks, composeBlockThreads,
+      composeSharedMemory;
 
   template <typename Self, typename Visit>
   static void fields(Self &self, Visit &&visit) {
@@ -215,6 +221,10 @@ struct Plan {
     visit("decode_block_threads", self.decodeBlockThreads, kThreadBounds);
     visit("decode_stages", self.decodeStages, Bounds{0, 1024});
     visit("decode_shared_memory", self.decodeSharedMemory,
+          kSharedMemoryBounds);
+    visit("transition_blocks", self.transitionBlocks, Bounds{0, 16});
+    visit("compose_block_threads", self.composeBlockThreads, kThreadBounds);
+    visit("compose_shared_memory", self.composeSharedMemory,
           kSharedMemoryBounds);
   }
 };
@@ -269,6 +279,23 @@ std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file);
 /// A package's decode kernels, one per activation dtype (one entry on the
 /// CPU).
 std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file);
+
+/// How a chunkwise GPU package runs a forward whose sequences and heads
+/// leave the GPU idle: sequences cut into segments that run side by side,
+/// their states composed in between (templates/linac/cuda/abi.h).
+struct Segments {
+  Kernel compose;
+  /// The LOCAL pass's blocks a segment takes besides its state's.
+  int64_t transitionBlocks = 0;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("compose", self.compose);
+    visit("transition_blocks", self.transitionBlocks, Bounds{0, 16});
+  }
+};
+/// A package's segments: for chunkwise GPU plans only.
+std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file);
 
 /// New tokens per sequence one decode call takes (speculative decoding).
 inline constexpr int64_t kMaxDecodeTokens = 8;
@@ -329,6 +356,7 @@ struct Manifest {
   Plan plan;
   std::vector<Argument> arguments;
   std::vector<Kernel> kernels;
+  std::optional<Segments> segments;
   Decode decode;
   /// The step as a JSON program the fp64 reference interprets.
   std::string step;
@@ -350,6 +378,7 @@ struct Manifest {
     visit("plan", self.plan);
     visit("arguments", self.arguments);
     visit("kernels", self.kernels);
+    visit("segments", self.segments);
     visit("decode", self.decode);
     visit("step", self.step, JsonText{});
     visit("integrity", self.integrity);

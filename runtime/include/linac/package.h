@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 struct CUctx_st;
 struct CUstream_st;
 struct linac_cuda_decode_args;
+struct linac_cuda_forward_args;
+struct linac_cuda_segment;
 
 namespace linac {
 
@@ -76,6 +79,11 @@ struct DeviceForwardRequest {
   void *output = nullptr;                      ///< device, [B, T, H, V]
   float scale = 0.0f;
   void *stream = nullptr; ///< a CUstream; null for the default stream
+  /// How a chunkwise kernel cuts sequences into segments that run side by
+  /// side (linac/segments.h): 0 as the runtime's model of the device
+  /// finds fastest, -1 never, n > 0 into segments of n tokens rounded up
+  /// to whole chunks.
+  int64_t segmentTokens = 0;
 };
 
 /// A decode step of a cpu package: a few new tokens for each of B
@@ -171,6 +179,7 @@ private:
     std::string entry;
     DType dtype;
     unsigned blockThreads, sharedMemory;
+    bool chunkwise;
   };
 
   Package();
@@ -212,7 +221,13 @@ private:
   std::vector<CudaKernel> decodeKernels_;
   /// Launches `kernel` on a (gridX, gridY) grid with one argument struct.
   void launch(const CudaKernel &kernel, CUctx_st *context, void *args,
-              int64_t gridX, int64_t gridY, CUstream_st *stream) const;
+              int64_t gridX, int64_t gridY, CUstream_st *stream,
+              int64_t gridZ = 1) const;
+  /// Enqueues the passes of a chunkwise forward cut into `segments`.
+  void forwardSegments(const CudaKernel &kernel, CUctx_st *context,
+                       linac_cuda_forward_args &args,
+                       const std::vector<linac_cuda_segment> &segments,
+                       CUstream_st *stream) const;
   /// Fills what forward and decode arguments share: heads, input and
   /// parameter pointers, output and scale, refusing host memory.
   template <typename Args>
@@ -236,6 +251,10 @@ private:
   const CudaKernel &kernelFor(DType dtype,
                               const std::vector<CudaKernel> &kernels) const;
   std::vector<CudaKernel> kernels_;            ///< fastest first
+  /// The compose kernel of a chunkwise CUDA package, and the transition
+  /// blocks a segment takes (the manifest's segments).
+  std::optional<CudaKernel> composeKernel_;
+  int64_t transitionBlocks_ = 0;
   std::unique_ptr<cuda::ModuleCache> modules_; ///< the cubin, per context
 };
 

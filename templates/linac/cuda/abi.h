@@ -4,11 +4,12 @@
  * one linac_cuda_forward_args (forward) or linac_cuda_decode_args (decode)
  * by value, as a __grid_constant__ (a decode kernel's tensor map is read in
  * place). The manifest lists each kernel with its activation dtype, block
- * size and dynamic shared memory; a forward grid is (num_heads, num_seqs), a
- * decode grid as many blocks as fit the device at once, at most one per
- * item (a (head, sequence) state, or one of the manifest's decode "parts"
- * of it). The runtime validates every argument it can see before the
- * launch; the kernel trusts them.
+ * size and dynamic shared memory; a forward grid is (num_heads, num_seqs),
+ * or with segments as linac_cuda_segment_pass says; a decode grid as many
+ * blocks as fit the device at once, at most one per item (a (head,
+ * sequence) state, or one of the manifest's decode "parts" of it). The
+ * runtime validates every argument it can see before the launch; the
+ * kernel trusts them.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -21,9 +22,42 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 3
+#define LINAC_CUDA_ABI_VERSION 4
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
+
+/* A piece of a sequence that one block of a chunkwise forward runs
+ * (sequence parallelism, docs/design.md): whole chunks from the sequence's
+ * start, the last piece taking the rest. */
+typedef struct linac_cuda_segment {
+  int64_t begin, end; /* tokens */
+  int64_t seq;
+  int32_t index; /* within its sequence, from 0 */
+  int32_t last;  /* 1 for its sequence's last segment */
+} linac_cuda_segment;
+
+/* The launches of a segmented forward, in order, all on one args:
+ *   LOCAL   grid (H, num_segments, 1 + transition blocks): each sequence's
+ *           first segment runs whole from the initial state; every other
+ *           segment but the last runs from zeros into its slot of
+ *           segment_states and, with an erase, its transition's column
+ *           blocks of V into segment_transitions from the identity;
+ *   COMPOSE linac_segment_compose, grid (H, num_segments, column tiles of
+ *           LINAC_CUDA_COMPOSE_COLUMNS): turns each slot into the true state
+ *           after its segment, segment by segment;
+ *   FINISH  grid (H, num_segments): every segment after the first runs from
+ *           its predecessor's slot, writing outputs (and the last the final
+ *           state). */
+enum linac_cuda_segment_pass {
+  LINAC_CUDA_WHOLE = 0,
+  LINAC_CUDA_SEGMENT_LOCAL = 1,
+  LINAC_CUDA_SEGMENT_COMPOSE = 2,
+  LINAC_CUDA_SEGMENT_FINISH = 3
+};
+/* Value columns one compose block takes. */
+#define LINAC_CUDA_COMPOSE_COLUMNS 32
+/* Threads of a compose block. */
+#define LINAC_CUDA_COMPOSE_THREADS 128
 
 typedef struct linac_cuda_forward_args {
   int64_t num_seqs;
@@ -40,6 +74,15 @@ typedef struct linac_cuda_forward_args {
   float *final_state;         /* [N, H, K, V] float32, or NULL */
   void *output;               /* [tokens, H, V], activation dtype */
   float scale;                /* the read's scale unless the spec fixes it */
+  /* Segments (device, num_segments of them) and their workspace; with
+   * pass LINAC_CUDA_WHOLE unused. segment_states: [num_segments, H, K,
+   * columns]; segment_transitions: with an erase [num_segments, H, K, K],
+   * with a key gate and no erase [num_segments, H, K] total log-gates. */
+  int32_t segment_pass;
+  int64_t num_segments;
+  const linac_cuda_segment *segments;
+  float *segment_states;
+  float *segment_transitions;
 } linac_cuda_forward_args;
 
 /* Columns of a decode state's tensor-map box: 128 bytes of floats, the

@@ -656,8 +656,101 @@ template <typename Layer> constexpr size_t chunkSharedBytes() {
 // The kernel
 //===----------------------------------------------------------------------===//
 
+/// What one block of the chunkwise kernel runs: tokens [begin, end) of one
+/// head, from one state into another.
+struct ChunkWork {
+  int64_t begin = 0, end = 0;
+  int head = 0;
+  /// The entering state, rows of stateColumns floats; null for zeros.
+  const float *initial = nullptr;
+  /// At least 0: the entering state is the identity's columns from this
+  /// one and every value is zero, so that the state leaving is the same
+  /// columns of the tokens' transition.
+  int identityFrom = -1;
+  /// Where the state leaving goes, rows of `finalStride` floats of which
+  /// the first `finalColumns`; null for nowhere.
+  float *final = nullptr;
+  int64_t finalStride = 0;
+  int finalColumns = 0;
+  /// Whether the block writes the tokens' outputs.
+  bool reads = true;
+  /// Where each key channel's total log-gate over the tokens goes, or null.
+  float *logGates = nullptr;
+};
+
+/// Blocks of the LOCAL pass each segment may take besides its state's: the
+/// column blocks of V of its K x K transition, with an erase.
+template <typename Layer> constexpr int transitionBlocks() {
+  return Layer::kErase ? (Layer::K + Layer::V - 1) / Layer::V : 0;
+}
+
+/// A head's slot for segment `segment` in args.segment_states.
+template <typename Layer>
+LINAC_DEVICE float *segmentState(const linac_cuda_forward_args &args,
+                                 int64_t segment, int head) {
+  return args.segment_states + (segment * args.num_heads + head) *
+                                   int64_t(Layer::K) * stateColumns<Layer>();
+}
+
+/// This block's work in args' pass (abi.h); false when it has none.
+template <typename Layer>
+LINAC_DEVICE bool chunkWork(const linac_cuda_forward_args &args,
+                            ChunkWork &work) {
+  constexpr int K = Layer::K, V = Layer::V, Columns = stateColumns<Layer>();
+  work.head = blockIdx.x;
+  work.finalStride = work.finalColumns = Columns;
+  auto wholeSequence = [&](int64_t seq) {
+    const int64_t offset = stateOffset<Layer>(args, seq, work.head);
+    work.initial = args.initial_state ? args.initial_state + offset : nullptr;
+    work.final = args.final_state ? args.final_state + offset : nullptr;
+  };
+  if (args.segment_pass == LINAC_CUDA_WHOLE) {
+    sequenceBounds(args, blockIdx.y, work.begin, work.end);
+    wholeSequence(blockIdx.y);
+    return true;
+  }
+  const int64_t s = blockIdx.y;
+  const linac_cuda_segment segment = args.segments[s];
+  work.begin = segment.begin;
+  work.end = segment.end;
+  if (args.segment_pass == LINAC_CUDA_SEGMENT_FINISH) {
+    if (segment.index == 0)
+      return false;
+    wholeSequence(segment.seq);
+    work.initial = segmentState<Layer>(args, s - 1, work.head);
+    if (!segment.last)
+      work.final = nullptr;
+    return true;
+  }
+  if (segment.index == 0) {
+    // From the true initial state: the first segment is final here.
+    if (blockIdx.z != 0)
+      return false;
+    wholeSequence(segment.seq);
+    if (!segment.last)
+      work.final = segmentState<Layer>(args, s, work.head);
+    return true;
+  }
+  if (segment.last)
+    return false;
+  work.reads = false;
+  const int64_t slot = s * args.num_heads + work.head;
+  if (blockIdx.z == 0) {
+    work.final = segmentState<Layer>(args, s, work.head);
+    if (!Layer::kErase && Layer::kKeyGate != Gate::None)
+      work.logGates = args.segment_transitions + slot * K;
+    return true;
+  }
+  work.identityFrom = (blockIdx.z - 1) * V;
+  work.final = args.segment_transitions + slot * K * K + work.identityFrom;
+  work.finalStride = K;
+  work.finalColumns = min(V, K - work.identityFrom);
+  return true;
+}
+
 template <typename Layer, typename T>
-LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
+LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
+                            const ChunkWork &work) {
   using Layout = ChunkLayout<Layer>;
   constexpr int C = Layout::C, K = Layout::K, V = Layout::V, U = Layout::U;
   constexpr int KS = Layout::KS, DS = Layout::DS, US = Layout::US,
@@ -683,11 +776,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   const int warp = warpIndex % 8;
   const int columnBase = warpIndex / 8 * HalfTiles * 8;
   const int tiles = warpIndex < 8 ? HalfTiles : ValueTiles - HalfTiles;
-  const int head = blockIdx.x;
-  const int64_t seq = blockIdx.y;
-  int64_t begin, end;
-  sequenceBounds(args, seq, begin, end);
-  const int64_t stateOffset = cuda::stateOffset<Layer>(args, seq, head);
+  const int head = work.head;
+  const int64_t begin = work.begin, end = work.end;
   const float scale = readScale<Layer>(args);
   T *output = static_cast<T *>(args.output);
 
@@ -699,10 +789,15 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
   for (int n = 0; n < HalfTiles; ++n)
     for (int r = 0; r < 4; ++r) {
       int row = stateRow + accRow(r), col = columnBase + n * 8 + accCol(r);
-      state[n][r] = stateWarp && n < tiles && args.initial_state && col < Columns
-                        ? args.initial_state[stateOffset + row * Columns + col]
-                        : 0.0f;
+      float x = 0.0f;
+      if (work.identityFrom >= 0)
+        x = col < V && row == work.identityFrom + col ? 1.0f : 0.0f;
+      else if (work.initial && col < Columns)
+        x = work.initial[row * Columns + col];
+      state[n][r] = stateWarp && n < tiles ? x : 0.0f;
     }
+  // Each state warp's two rows' total log-gates, for work.logGates.
+  float logGates[2] = {0.0f, 0.0f};
   // Accumulators r and r + 1 are neighbouring columns of one row: a pair
   // a store.
   auto publishState = [&] {
@@ -760,6 +855,8 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
             StagedToken<Layer, T>{{args, start + i, head}, current, scalars,
                                   s.inputRows, lateRows, s.params, i},
             ops);
+        if (work.identityFrom >= 0)
+          ops.u = {WarpVec<V>::splat(0.0f), 0.0f};
       } else {
         ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
         ops.u = {WarpVec<V>::splat(0.0f), 0.0f};
@@ -1149,7 +1246,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
 
     // 6. O = (Q (.) Lambda) S0 + P Delta (into shared memory for the
     // epilogue, split as in step 3) and the state update (every state warp).
-    if (reads) {
+    if (reads && work.reads) {
       float out[PartTiles][4];
       stateProduct(out, s.q, true);
       warpProduct<PartTiles, ChunkSteps>(
@@ -1229,6 +1326,9 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
           int d = stateRow + accRow(r);
           state[n][r] = state[n][r] * __expf(s.lambda(last, d)) + update[n][r];
         }
+      if constexpr (G != Gate::None)
+        for (int h = 0; h < 2; ++h)
+          logGates[h] += s.lambda(last, stateRow + accRow(2 * h));
     }
     __syncthreads();
     if (start + C < end)
@@ -1240,7 +1340,7 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
       next.load(Token<Layer, T>{args, start + C + warpIndex, head});
 
     // 7. Epilogue: normalised reads through the generated code.
-    for (int i = warpIndex; i < L; i += kChunkWarps) {
+    for (int i = warpIndex; work.reads && i < L; i += kChunkWarps) {
       WarpVec<V> read = WarpVec<V>::load(s.values + i * US);
       if constexpr (kNormalizer)
         read = read / WarpVec<V>::splat(fmaxf(fabsf(s.values[i * US + V]), 1.0f));
@@ -1250,13 +1350,103 @@ LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
     }
   }
 
-  if (args.final_state && stateWarp)
+  if (work.final && stateWarp)
     for (int n = 0; n < tiles; ++n)
       for (int r = 0; r < 4; ++r) {
         int row = stateRow + accRow(r), col = columnBase + n * 8 + accCol(r);
-        if (col < Columns)
-          args.final_state[stateOffset + row * Columns + col] = state[n][r];
+        if (col < work.finalColumns)
+          work.final[row * work.finalStride + col] = state[n][r];
       }
+  if (work.logGates && stateWarp && warpIndex < 8 && laneId() % 4 == 0)
+    for (int h = 0; h < 2; ++h)
+      work.logGates[stateRow + accRow(2 * h)] = logGates[h];
+}
+
+template <typename Layer, typename T>
+LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
+  ChunkWork work;
+  if (chunkWork<Layer>(args, work))
+    runChunks<Layer, T>(args, work);
+}
+
+//===----------------------------------------------------------------------===//
+// Composing segments
+//===----------------------------------------------------------------------===//
+
+template <typename Layer> constexpr int composeThreads() {
+  return LINAC_CUDA_COMPOSE_THREADS;
+}
+
+/// A compose block's shared memory: with an erase, a transition transposed
+/// and its column tile of the state before.
+template <typename Layer> constexpr size_t composeSharedBytes() {
+  constexpr size_t K = Layer::K;
+  return Layer::kErase ? 4 * K * (K + LINAC_CUDA_COMPOSE_COLUMNS) : 0;
+}
+
+/// The COMPOSE pass (abi.h): the block of a sequence's first segment walks
+/// the sequence's segments in order, for one head and one tile of columns,
+/// taking each slot from the state its segment made from zeros to the true
+/// state after it: the transition times the true state before, plus the
+/// slot. The first segment's slot is true already; the last has none.
+template <typename Layer>
+LINAC_DEVICE void segmentComposeKernel(const linac_cuda_forward_args &args) {
+  constexpr int K = Layer::K, Columns = stateColumns<Layer>();
+  constexpr int W = LINAC_CUDA_COMPOSE_COLUMNS;
+  const int64_t first = blockIdx.y;
+  if (args.segments[first].index != 0 || args.segments[first].last)
+    return;
+  const int head = blockIdx.x, firstColumn = blockIdx.z * W;
+  extern __shared__ __align__(16) float composeShared[];
+  for (int64_t s = first + 1; !args.segments[s].last; ++s) {
+    const float *before = segmentState<Layer>(args, s - 1, head);
+    float *after = segmentState<Layer>(args, s, head);
+    const int64_t slot = s * args.num_heads + head;
+    if constexpr (Layer::kErase) {
+      static_assert(K % 16 == 0 && W == 32 && LINAC_CUDA_COMPOSE_THREADS == 128,
+                    "sixteen groups of K / 16 rows by eight of four columns");
+      float *transposed = composeShared, *tile = composeShared + K * K;
+      const float *transition = args.segment_transitions + slot * K * K;
+      for (int i = threadIdx.x; i < K * K; i += blockDim.x)
+        transposed[i % K * K + i / K] = transition[i];
+      for (int i = threadIdx.x; i < K * W; i += blockDim.x) {
+        const int col = firstColumn + i % W;
+        tile[i] = col < Columns ? before[i / W * Columns + col] : 0.0f;
+      }
+      __syncthreads();
+      constexpr int Rows = K / 16;
+      const int rows = Rows * (threadIdx.x / 8), cols = 4 * (threadIdx.x % 8);
+      float acc[Rows][4] = {};
+      for (int k = 0; k < K; ++k) {
+        const float4 x = *reinterpret_cast<const float4 *>(tile + k * W + cols);
+#pragma unroll
+        for (int i = 0; i < Rows; ++i) {
+          const float m = transposed[k * K + rows + i];
+          acc[i][0] += m * x.x;
+          acc[i][1] += m * x.y;
+          acc[i][2] += m * x.z;
+          acc[i][3] += m * x.w;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < Rows; ++i)
+        for (int j = 0; j < 4; ++j)
+          if (firstColumn + cols + j < Columns)
+            after[(rows + i) * Columns + firstColumn + cols + j] += acc[i][j];
+    } else {
+      for (int i = threadIdx.x; i < K * W; i += blockDim.x) {
+        const int row = i / W, col = firstColumn + i % W;
+        if (col >= Columns)
+          continue;
+        float decay = 1.0f;
+        if constexpr (Layer::kKeyGate != Gate::None)
+          decay = __expf(args.segment_transitions[slot * K + row]);
+        after[row * Columns + col] += decay * before[row * Columns + col];
+      }
+    }
+    // The next segment reads this slot, and the shared tiles are reused.
+    __syncthreads();
+  }
 }
 
 } // namespace linac::cuda

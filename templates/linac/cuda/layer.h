@@ -30,13 +30,23 @@
                        linac_cuda_forward_args)
 
 /// The forward kernel of one activation dtype: the chunkwise kernel (16-bit
-/// activations only) or the exact scan, as the plan chooses.
+/// activations only, whole sequences or segments) or the exact scan, as the
+/// plan chooses.
 #define LINAC_CHUNK_KERNEL_BFLOAT16(Layer)                                     \
   LINAC_CUDA_ENTRY(Layer, chunk, bfloat16, __nv_bfloat16,                     \
                    linac::cuda::chunkThreads<Layer>())
 #define LINAC_CHUNK_KERNEL_FLOAT16(Layer)                                      \
   LINAC_CUDA_ENTRY(Layer, chunk, float16, __half,                             \
                    linac::cuda::chunkThreads<Layer>())
+/// The compose pass of a segmented chunkwise forward (abi.h), fp32 states
+/// whatever the activations.
+#define LINAC_SEGMENT_COMPOSE_KERNEL(Layer)                                    \
+  extern "C" __global__ void __launch_bounds__(                               \
+      linac::cuda::composeThreads<Layer>())                                    \
+      linac_segment_compose(                                                   \
+          const __grid_constant__ linac_cuda_forward_args args) {              \
+    linac::cuda::segmentComposeKernel<Layer>(args);                            \
+  }
 #define LINAC_SCAN_KERNEL_FLOAT32(Layer)                                       \
   LINAC_CUDA_ENTRY(Layer, scan, float32, float,                               \
                    linac::cuda::scanThreads<Layer>())

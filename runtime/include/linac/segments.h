@@ -1,0 +1,50 @@
+//===- segments.h - cutting sequences for sequence parallelism --*- C++ -*-===//
+//
+// A chunkwise GPU forward runs one block per (sequence, head) and walks the
+// sequence's chunks in order. When the batch's sequences and heads leave
+// the GPU idle, the runtime cuts sequences into segments of whole chunks
+// that run side by side (the passes of templates/linac/cuda/abi.h). Which
+// cut, if any, comes from a model of each pass's time in chunks: the
+// longest block or the GPU's share of all blocks, whichever is more, and a
+// chunk's worth for each launch and each composed segment.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_SEGMENTS_H
+#define LINAC_SEGMENTS_H
+
+#include "linac/cuda/abi.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace linac {
+
+struct SegmentShape {
+  /// Offsets of the sequences' first tokens and, last, the end (as
+  /// cu_seqlens).
+  std::vector<int64_t> offsets;
+  int64_t heads = 0;
+  int64_t chunkSize = 0;
+  /// Blocks of the chunkwise kernel the device runs at once.
+  int64_t residentBlocks = 0;
+  /// Blocks a segment's transition takes in the LOCAL pass (the manifest's
+  /// segments.transition_blocks).
+  int64_t transitionBlocks = 0;
+};
+
+/// How to run a forward of `shape`: no segments when each sequence runs
+/// whole, else every sequence's segments in order, each sequence at least
+/// one. `segmentTokens` > 0 cuts segments of that many tokens (rounded up
+/// to whole chunks) whatever the model says; 0 lets the model choose; -1
+/// keeps every sequence whole.
+std::vector<linac_cuda_segment> cutSegments(const SegmentShape &shape,
+                                            int64_t segmentTokens = 0);
+
+/// The model's time of a cut into segments of at most `chunks` chunks, in
+/// chunks of one block; chunks = 0 for whole sequences.
+double modelledChunks(const SegmentShape &shape, int64_t chunks);
+
+} // namespace linac
+
+#endif // LINAC_SEGMENTS_H

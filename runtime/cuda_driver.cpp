@@ -5,6 +5,9 @@
 #include "linac/package.h"
 
 #include <algorithm>
+#include <limits>
+#include <mutex>
+#include <set>
 #include <dlfcn.h>
 #include <type_traits>
 
@@ -96,6 +99,29 @@ bool isDeviceMemory(const void *pointer) {
                                         reinterpret_cast<CUdeviceptr>(pointer)),
         "cuPointerGetAttributes");
   return memoryType == CU_MEMORYTYPE_DEVICE || isManaged;
+}
+
+void keepPoolMemory(CUcontext context) {
+  static std::mutex mutex;
+  static std::set<CUcontext> kept;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!kept.insert(context).second)
+    return;
+  CUdevice device;
+  check(driver().cuCtxGetDevice(&device), "cuCtxGetDevice");
+  CUmemoryPool pool;
+  check(driver().cuDeviceGetDefaultMemPool(&pool, device),
+        "cuDeviceGetDefaultMemPool");
+  cuuint64_t threshold = 0;
+  check(driver().cuMemPoolGetAttribute(
+            pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+        "cuMemPoolGetAttribute");
+  if (threshold != 0)
+    return;
+  threshold = std::numeric_limits<cuuint64_t>::max();
+  check(driver().cuMemPoolSetAttribute(
+            pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+        "cuMemPoolSetAttribute");
 }
 
 StreamBuffer::StreamBuffer(const void *data, size_t bytes, CUstream stream)

@@ -42,6 +42,9 @@ namespace linac::cuda {
   X(cuFuncSetAttribute)                                                        \
   X(cuPointerGetAttributes)                                                    \
   X(cuMemAllocAsync)                                                           \
+  X(cuDeviceGetDefaultMemPool)                                                 \
+  X(cuMemPoolGetAttribute)                                                     \
+  X(cuMemPoolSetAttribute)                                                     \
   X(cuMemcpyHtoDAsync)                                                         \
   X(cuMemFreeAsync)                                                            \
   X(cuMemAlloc)                                                                \
@@ -72,6 +75,13 @@ CUcontext currentContext();
 /// Whether `pointer` is device or managed memory; false for host memory,
 /// pinned or not, and for addresses the driver does not know.
 bool isDeviceMemory(const void *pointer);
+
+/// Lets the default memory pool of `context`'s device keep what stream-
+/// ordered frees return, unless the process already set how much it keeps:
+/// by default the pool hands it back to the device at each synchronisation,
+/// and every call would map its workspace again. Safe to call from several
+/// threads.
+void keepPoolMemory(CUcontext context);
 
 /// A device copy of host bytes, allocated, filled and freed in the order of
 /// `stream`, so it lives exactly as long as the work enqueued meanwhile.

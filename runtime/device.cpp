@@ -186,6 +186,7 @@ void Package::forwardSegments(const CudaKernel &kernel, CUctx_st *context,
   const size_t transitionBytes =
       sizeof(float) * size_t(count * heads * keyDim_ *
                              (transitionBlocks_ > 0 ? keyDim_ : 1));
+  cuda::keepPoolMemory(context);
   cuda::StreamBuffer table(segments.data(),
                            segments.size() * sizeof(linac_cuda_segment), stream);
   cuda::StreamBuffer states(stateBytes, stream);

@@ -1022,7 +1022,8 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
       for (int task = warpIndex; task < Tasks; task += kChunkWarps) {
         const bool query = task < 16;
         const int rows = task % 4 * 16, keys = task / 4 % 4 * 16;
-        if (keys > rows)
+        // P serves the reads alone.
+        if (keys > rows || (query && !work.reads))
           continue;
         const __nv_bfloat16 *x = query ? s.q : s.e;
         float *target = query ? s.p : s.a;
@@ -1072,7 +1073,7 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
             },
             pairB, KeySteps, liveTiles);
       };
-      if (liveTiles > 0)
+      if (liveTiles > 0 && (work.reads || !firstHalf))
         offDiagonal(acc, firstHalf ? s.q : s.e, firstHalf);
       float *target = firstHalf ? s.p : s.a;
       for (int n = 0; n < C / 8; ++n)

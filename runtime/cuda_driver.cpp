@@ -101,6 +101,21 @@ bool isDeviceMemory(const void *pointer) {
   return memoryType == CU_MEMORYTYPE_DEVICE || isManaged;
 }
 
+int64_t multiprocessors(CUcontext context) {
+  static std::mutex mutex;
+  static std::map<CUcontext, int64_t> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto found = known.find(context); found != known.end())
+    return found->second;
+  CUdevice device;
+  check(driver().cuCtxGetDevice(&device), "cuCtxGetDevice");
+  int count = 0;
+  check(driver().cuDeviceGetAttribute(
+            &count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+        "cuDeviceGetAttribute");
+  return known.emplace(context, count).first->second;
+}
+
 void keepPoolMemory(CUcontext context) {
   static std::mutex mutex;
   static std::set<CUcontext> kept;
@@ -200,16 +215,12 @@ int64_t ModuleCache::residentBlocks(CUcontext context, const std::string &entry,
   auto key = std::make_pair(context, entry);
   if (auto known = residentBlocks_.find(key); known != residentBlocks_.end())
     return known->second;
-  int perMultiprocessor = 0, multiprocessors = 0;
+  int perMultiprocessor = 0;
   check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
             &perMultiprocessor, kernel, int(blockThreads), sharedMemory),
         "cuOccupancyMaxActiveBlocksPerMultiprocessor('" + entry + "')");
-  CUdevice device;
-  check(driver().cuCtxGetDevice(&device), "cuCtxGetDevice");
-  check(driver().cuDeviceGetAttribute(
-            &multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
-        "cuDeviceGetAttribute");
-  int64_t blocks = int64_t(std::max(perMultiprocessor, 1)) * multiprocessors;
+  int64_t blocks =
+      int64_t(std::max(perMultiprocessor, 1)) * multiprocessors(context);
   residentBlocks_.emplace(key, blocks);
   return blocks;
 }

@@ -76,6 +76,10 @@ CUcontext currentContext();
 /// pinned or not, and for addresses the driver does not know.
 bool isDeviceMemory(const void *pointer);
 
+/// Multiprocessors of the current device of `context`, which must be
+/// current. Safe to call from several threads.
+int64_t multiprocessors(CUcontext context);
+
 /// Lets the default memory pool of `context`'s device keep what stream-
 /// ordered frees return, unless the process already set how much it keeps:
 /// by default the pool hands it back to the device at each synchronisation,

@@ -155,8 +155,7 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
         segmentShape.offsets.push_back(s * shape.tokens);
     segmentShape.heads = shape.heads;
     segmentShape.chunkSize = info_.plan.chunkSize.value();
-    segmentShape.residentBlocks = modules_->residentBlocks(
-        context, kernel.entry, kernel.blockThreads, kernel.sharedMemory);
+    segmentShape.multiprocessors = cuda::multiprocessors(context);
     segmentShape.transitionBlocks = transitionBlocks_;
     std::vector<linac_cuda_segment> segments =
         cutSegments(segmentShape, request.segmentTokens);

@@ -20,14 +20,14 @@ int64_t segmentsOf(int64_t chunks, int64_t most) {
 
 /// A pass's modelled time: its longest block, or the device's share of
 /// every block's chunks.
-double passTime(int64_t longest, double blockChunks, int64_t resident) {
-  return std::max(double(longest), blockChunks / double(resident));
+double passTime(int64_t longest, double blockChunks, int64_t multiprocessors) {
+  return std::max(double(longest), blockChunks / double(multiprocessors));
 }
 
 } // namespace
 
 double modelledChunks(const SegmentShape &shape, int64_t most) {
-  const int64_t resident = std::max<int64_t>(1, shape.residentBlocks);
+  const int64_t multiprocessors = std::max<int64_t>(1, shape.multiprocessors);
   double local = 0, finish = 0;
   int64_t longest = 0, composed = 0;
   for (size_t s = 0; s + 1 < shape.offsets.size(); ++s) {
@@ -47,10 +47,10 @@ double modelledChunks(const SegmentShape &shape, int64_t most) {
   local *= double(shape.heads);
   finish *= double(shape.heads);
   if (most == 0)
-    return passTime(longest, local, resident);
+    return passTime(longest, local, multiprocessors);
   // Three launches, and the compose pass walking the longest chain.
-  return passTime(longest, local, resident) +
-         passTime(longest, finish, resident) + double(2 + composed);
+  return passTime(longest, local, multiprocessors) +
+         passTime(longest, finish, multiprocessors) + double(2 + composed);
 }
 
 std::vector<linac_cuda_segment> cutSegments(const SegmentShape &shape,

@@ -26,7 +26,7 @@ SegmentShape uniform(int64_t batch, int64_t tokens, int64_t heads,
     shape.offsets.push_back(b * tokens);
   shape.heads = heads;
   shape.chunkSize = 64;
-  shape.residentBlocks = 132;
+  shape.multiprocessors = 132;
   shape.transitionBlocks = transitionBlocks;
   return shape;
 }
@@ -93,7 +93,7 @@ TEST(Segments, EveryCutCoversItsSequences) {
     SegmentShape shape;
     shape.chunkSize = 64;
     shape.heads = std::uniform_int_distribution<int64_t>(1, 64)(rng);
-    shape.residentBlocks = std::uniform_int_distribution<int64_t>(1, 264)(rng);
+    shape.multiprocessors = std::uniform_int_distribution<int64_t>(1, 264)(rng);
     shape.transitionBlocks = std::uniform_int_distribution<int64_t>(0, 2)(rng);
     const int64_t sequences = std::uniform_int_distribution<int64_t>(1, 6)(rng);
     shape.offsets = {0};

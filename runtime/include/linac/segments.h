@@ -26,8 +26,9 @@ struct SegmentShape {
   std::vector<int64_t> offsets;
   int64_t heads = 0;
   int64_t chunkSize = 0;
-  /// Blocks of the chunkwise kernel the device runs at once.
-  int64_t residentBlocks = 0;
+  /// Multiprocessors of the device: a block of the chunkwise kernel keeps
+  /// one busy, so that blocks beyond this many share them or wait.
+  int64_t multiprocessors = 0;
   /// Blocks a segment's transition takes in the LOCAL pass (the manifest's
   /// segments.transition_blocks).
   int64_t transitionBlocks = 0;

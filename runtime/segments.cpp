@@ -3,6 +3,7 @@
 #include "linac/segments.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace linac {
@@ -18,10 +19,14 @@ int64_t segmentsOf(int64_t chunks, int64_t most) {
   return most == 0 ? 1 : std::max<int64_t>(1, (chunks + most - 1) / most);
 }
 
-/// A pass's modelled time: its longest block, or the device's share of
-/// every block's chunks.
+/// A pass's modelled time: waves of its longest block, as many as the
+/// multiprocessors need to take every block's chunks (exact when the
+/// blocks are equally long, as a cut's are but for each sequence's last).
 double passTime(int64_t longest, double blockChunks, int64_t multiprocessors) {
-  return std::max(double(longest), blockChunks / double(multiprocessors));
+  if (longest == 0)
+    return 0;
+  return std::ceil(blockChunks / double(multiprocessors * longest)) *
+         double(longest);
 }
 
 } // namespace

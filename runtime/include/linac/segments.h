@@ -4,9 +4,9 @@
 // sequence's chunks in order. When the batch's sequences and heads leave
 // the GPU idle, the runtime cuts sequences into segments of whole chunks
 // that run side by side (the passes of templates/linac/cuda/abi.h). Which
-// cut, if any, comes from a model of each pass's time in chunks: the
-// longest block or the GPU's share of all blocks, whichever is more, and a
-// chunk's worth for each launch and each composed segment.
+// cut, if any, comes from a model of each pass's time in chunks: waves of
+// its longest block over the multiprocessors, and a chunk's worth for each
+// launch and each composed segment.
 //
 //===----------------------------------------------------------------------===//
 

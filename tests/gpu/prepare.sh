@@ -9,13 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 target=${1:-sm_90a}
-mkdir -p .gpu-packages .deps/include .deps/share/cmake
-for spec in examples/*.mlir tests/cpu/specs/*.mlir tests/gpu/specs/*.mlir; do
-  name=$(basename "$spec" .mlir)
-  build/bin/linac compile "$spec" --target "$target" -o ".gpu-packages/$name.linac" >/dev/null
-done
+mkdir -p .deps/include .deps/share/cmake
+tests/gpu/compile_all.sh build/bin/linac "$target" .gpu-packages
 cp -r /usr/include/nlohmann .deps/include/
 cp -r /usr/share/cmake/nlohmann_json .deps/share/cmake/
 cp -r /usr/include/CLI .deps/include/
 cp -r /usr/share/cmake/CLI11 .deps/share/cmake/
-echo "compiled $(ls -d .gpu-packages/*.linac | wc -l) packages for $target"

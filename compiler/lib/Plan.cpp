@@ -35,16 +35,25 @@ int64_t productBytes(const NormalForm &form, int64_t chunkSize) {
          (form.erase != Strength::None ? 2 : 1);
 }
 
+/// The state as the chunkwise CUDA kernel holds it: K and V padded to whole
+/// tiles of 16 (ChunkTile in templates/linac/cuda/chunk.h).
+struct ChunkTile {
+  int64_t keys, values;
+  bool normalized;
+  explicit ChunkTile(StateType state)
+      : keys(llvm::alignTo(state.getKeyDim(), 16)),
+        values(llvm::alignTo(state.getValueDim(), 16)),
+        normalized(state.getNormalized()) {}
+};
+
 /// Bytes of the chunkwise kernel's bf16 state copy (K x (U + 8)).
-int64_t stateCopyBytes(StateType state) {
-  return 2 * state.getKeyDim() *
-         (state.getValueDim() + (state.getNormalized() ? 16 : 8));
+int64_t stateCopyBytes(ChunkTile tile) {
+  return 2 * tile.keys * (tile.values + (tile.normalized ? 16 : 8));
 }
 
 /// Bytes of the chunkwise kernel's bf16 Delta (C x (U + 8)).
-int64_t deltaBytes(StateType state, int64_t chunkSize) {
-  return 2 * chunkSize *
-         (state.getValueDim() + (state.getNormalized() ? 16 : 8));
+int64_t deltaBytes(ChunkTile tile, int64_t chunkSize) {
+  return 2 * chunkSize * (tile.values + (tile.normalized ? 16 : 8));
 }
 
 /// Memory the late input rows may take (ChunkLayout's kLateRows): P and A;
@@ -52,10 +61,10 @@ int64_t deltaBytes(StateType state, int64_t chunkSize) {
 /// gate the state copy, published then after the prologue.
 int64_t lateRowBytes(LayerOp layer, const NormalForm &form,
                      int64_t chunkSize) {
-  StateType state = layer.getStateType();
+  ChunkTile tile(layer.getStateType());
   return productBytes(form, chunkSize) +
-         (form.erase != Strength::None ? deltaBytes(state, chunkSize) : 0) +
-         (form.keyDecay != KeyDecay::None ? stateCopyBytes(state) : 0);
+         (form.erase != Strength::None ? deltaBytes(tile, chunkSize) : 0) +
+         (form.keyDecay != KeyDecay::None ? stateCopyBytes(tile) : 0);
 }
 
 /// Bytes of the per-head parameters the chunkwise kernel keeps in shared
@@ -73,18 +82,18 @@ int64_t paramBytes(LayerOp layer) {
 /// checks against this number.
 int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
                          int64_t chunkSize) {
-  StateType state = layer.getStateType();
+  ChunkTile tile(layer.getStateType());
   int64_t c = chunkSize;
-  int64_t u = state.getValueDim() + (state.getNormalized() ? 8 : 0);
-  int64_t ks = state.getKeyDim() + 8, us = u + 4;
+  int64_t u = tile.values + (tile.normalized ? 8 : 0);
+  int64_t ks = tile.keys + 8, us = u + 4;
   bool erase = form.erase != Strength::None;
-  return 2 * c * ks * (erase ? 3 : 2) + stateCopyBytes(state) +
-         deltaBytes(state, c) + 4 * c * us + productBytes(form, c) +
+  return 2 * c * ks * (erase ? 3 : 2) + stateCopyBytes(tile) +
+         deltaBytes(tile, c) + 4 * c * us + productBytes(form, c) +
          4 * c *
              (form.keyDecay == KeyDecay::Vector ? ks
               : form.keyDecay == KeyDecay::None ? 1
                                                     : 2) +
-         (state.getNormalized() ? 4 * (state.getKeyDim() + c) : 0) +
+         (tile.normalized ? 4 * (tile.keys + c) : 0) +
          (erase ? 4 * c * 20 : 0) + paramBytes(layer);
 }
 
@@ -324,9 +333,8 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     sharedBytes = chunkSharedBytes(layer, form, kChunkSize);
     if (form.valueDecay)
       scanReason = "value-side decay";
-    else if (state.getKeyDim() % 16 || valueDim % 16 ||
-             state.getKeyDim() > 128 || valueDim > 128)
-      scanReason = "dimensions not multiples of 16 up to 128";
+    else if (state.getKeyDim() > 128 || valueDim > 128)
+      scanReason = "dimensions above 128";
     else if (sharedBytes > sharedMemoryLimit(target))
       scanReason = llvm::formatv(
           "the chunk's {0} bytes exceed {1}'s {2} of shared memory",
@@ -380,12 +388,13 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.chunkwiseFloat16 = !form.normalizer;
     // Segments: with an erase, the transition of a segment is a K x K
     // matrix, made by the chunkwise kernel from the identity in column
-    // blocks of V, which the compose kernel multiplies in shared memory;
+    // blocks of its padded V, which the compose kernel multiplies in shared memory;
     // otherwise it is the segment's total log-gates (segmentComposeKernel
     // in templates/linac/cuda/chunk.h).
     bool erase = form.erase != Strength::None;
     int64_t keyDim = state.getKeyDim();
-    plan.transitionBlocks = erase ? llvm::divideCeil(keyDim, valueDim) : 0;
+    plan.transitionBlocks =
+        erase ? llvm::divideCeil(keyDim, ChunkTile(state).values) : 0;
     plan.composeBlockThreads = LINAC_CUDA_COMPOSE_THREADS;
     plan.composeSharedMemory =
         erase ? 4 * keyDim * (keyDim + LINAC_CUDA_COMPOSE_COLUMNS) : 0;

@@ -59,12 +59,22 @@ linac.layer @value_decay(%S : !state) inputs(%q : !key, %k : !key, %v : !value, 
   linac.yield %S2, %o : !state, !value
 }
 
+// K and V that are not multiples of 16 run chunkwise, padded to 32 x 48 in
+// the kernel's tiles (its shared memory); past 128 they run the scan.
 // SM90: linac.layer @odd_dims
-// SM90-SAME: linac.plan = {block_threads = 64 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 16896 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", recurrent_reason = "dimensions not multiples of 16 up to 128", scan_block_threads = 64 : i64, target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_size = 64 : i64, chunkwise_float16 = true, compose_block_threads = 128 : i64, compose_shared_memory = 0 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 16896 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "chunkwise", gate_numerics = "none", late_shared_inputs = array<i64>, scan_block_threads = 64 : i64, shared_inputs = array<i64: 0, 1, 2>, shared_memory = 63232 : i64, target = "sm_90a", transition_blocks = 0 : i64}
 linac.layer @odd_dims(%S : !linac.state<24x40>) inputs(%q : tensor<24xf32, #linac.key>, %k : tensor<24xf32, #linac.key>, %v : tensor<40xf32, #linac.value>) {
   %S1 = linac.write %S, %k, %v : !linac.state<24x40>, tensor<24xf32, #linac.key>, tensor<40xf32, #linac.value>
   %o = linac.read %S1, %q : !linac.state<24x40>, tensor<24xf32, #linac.key> -> tensor<40xf32, #linac.value>
   linac.yield %S1, %o : !linac.state<24x40>, tensor<40xf32, #linac.value>
+}
+
+// SM90: linac.layer @too_wide
+// SM90-SAME: family = "recurrent", recurrent_reason = "dimensions above 128"
+linac.layer @too_wide(%S : !linac.state<136x16>) inputs(%q : tensor<136xf32, #linac.key>, %k : tensor<136xf32, #linac.key>, %v : tensor<16xf32, #linac.value>) {
+  %S1 = linac.write %S, %k, %v : !linac.state<136x16>, tensor<136xf32, #linac.key>, tensor<16xf32, #linac.value>
+  %o = linac.read %S1, %q : !linac.state<136x16>, tensor<136xf32, #linac.key> -> tensor<16xf32, #linac.value>
+  linac.yield %S1, %o : !linac.state<136x16>, tensor<16xf32, #linac.value>
 }
 
 // The chunkwise kernel's working set must fit the target's shared memory:

@@ -648,8 +648,58 @@ template <typename Layer> constexpr int chunkThreads() {
   return kChunkWarps * 32;
 }
 
+/// v over the same lanes and slots as a vector of N, zero past the shorter
+/// of the two.
+template <int N, int M> LINAC_DEVICE WarpVec<N> resized(const WarpVec<M> &v) {
+  static_assert(WarpVec<N>::kSlots == WarpVec<M>::kSlots,
+                "a tile of 16 never takes another slot");
+  WarpVec<N> r;
+#pragma unroll
+  for (int i = 0; i < WarpVec<N>::kSlots; ++i)
+    r.x[i] = WarpVec<N>::index(i) < (N < M ? N : M) ? v.x[i] : 0.0f;
+  return r;
+}
+
+/// A layer whose K or V is not a multiple of 16, as the chunkwise kernel
+/// holds it: both padded to whole tiles of 16, the generated prologue's
+/// operands widened with zeros (a zero key channel or log-gate changes no
+/// product) and the reads narrowed back for the generated epilogue. Only
+/// the kernel's tiles take the padded sizes; tokens, states and outputs in
+/// memory keep the layer's.
+template <typename Layer> struct PaddedLayer : Layer {
+  static constexpr int K = (Layer::K + 15) / 16 * 16;
+  static constexpr int V = (Layer::V + 15) / 16 * 16;
+  struct Chunk {
+    template <typename Token>
+    LINAC_DEVICE static void prologue(const Token &token,
+                                      ChunkOperands<K, V, Layer::kKeyGate> &out) {
+      ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops;
+      Layer::Chunk::prologue(token, ops);
+      out.q = resized<K>(ops.q);
+      out.k = resized<K>(ops.k);
+      out.e = resized<K>(ops.e);
+      if constexpr (Layer::kKeyGate == Gate::Vector)
+        out.gk = resized<K>(ops.gk);
+      else
+        out.gk = ops.gk;
+      out.u = {resized<V>(ops.u.u), ops.u.weight};
+    }
+    template <typename Token, typename Out>
+    LINAC_DEVICE static void epilogue(const Token &token, const WarpVec<V> &read,
+                                      Out *out) {
+      Layer::Chunk::epilogue(token, resized<Layer::V>(read), out);
+    }
+  };
+};
+
+/// The layer the chunkwise kernel's tiles take: Layer itself when K and V
+/// are whole tiles of 16.
+template <typename Layer>
+using ChunkTile = std::conditional_t<Layer::K % 16 == 0 && Layer::V % 16 == 0,
+                                     Layer, PaddedLayer<Layer>>;
+
 template <typename Layer> constexpr size_t chunkSharedBytes() {
-  return ChunkLayout<Layer>::kBytes;
+  return ChunkLayout<ChunkTile<Layer>>::kBytes;
 }
 
 //===----------------------------------------------------------------------===//
@@ -667,11 +717,10 @@ struct ChunkWork {
   /// one and every value is zero, so that the state leaving is the same
   /// columns of the tokens' transition.
   int identityFrom = -1;
-  /// Where the state leaving goes, rows of `finalStride` floats of which
-  /// the first `finalColumns`; null for nowhere.
+  /// Where the state leaving goes, rows of `finalStride` floats (its
+  /// columns, or the transition's from identityFrom); null for nowhere.
   float *final = nullptr;
   int64_t finalStride = 0;
-  int finalColumns = 0;
   /// Whether the block writes the tokens' outputs.
   bool reads = true;
   /// Where each key channel's total log-gate over the tokens goes, or null.
@@ -679,9 +728,11 @@ struct ChunkWork {
 };
 
 /// Blocks of the LOCAL pass each segment may take besides its state's: the
-/// column blocks of V of its K x K transition, with an erase.
+/// column blocks of the kernel's (padded) V of its K x K transition, with
+/// an erase.
 template <typename Layer> constexpr int transitionBlocks() {
-  return Layer::kErase ? (Layer::K + Layer::V - 1) / Layer::V : 0;
+  constexpr int V = ChunkTile<Layer>::V;
+  return Layer::kErase ? (Layer::K + V - 1) / V : 0;
 }
 
 /// A head's slot for segment `segment` in args.segment_states.
@@ -696,9 +747,9 @@ LINAC_DEVICE float *segmentState(const linac_cuda_forward_args &args,
 template <typename Layer>
 LINAC_DEVICE bool chunkWork(const linac_cuda_forward_args &args,
                             ChunkWork &work) {
-  constexpr int K = Layer::K, V = Layer::V, Columns = stateColumns<Layer>();
+  constexpr int K = Layer::K, V = ChunkTile<Layer>::V;
   work.head = blockIdx.x;
-  work.finalStride = work.finalColumns = Columns;
+  work.finalStride = stateColumns<Layer>();
   auto wholeSequence = [&](int64_t seq) {
     const int64_t offset = stateOffset<Layer>(args, seq, work.head);
     work.initial = args.initial_state ? args.initial_state + offset : nullptr;
@@ -744,14 +795,14 @@ LINAC_DEVICE bool chunkWork(const linac_cuda_forward_args &args,
   work.identityFrom = (blockIdx.z - 1) * V;
   work.final = args.segment_transitions + slot * K * K + work.identityFrom;
   work.finalStride = K;
-  work.finalColumns = min(V, K - work.identityFrom);
   return true;
 }
 
 template <typename Layer, typename T>
 LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
                             const ChunkWork &work) {
-  using Layout = ChunkLayout<Layer>;
+  using Tile = ChunkTile<Layer>;
+  using Layout = ChunkLayout<Tile>;
   constexpr int C = Layout::C, K = Layout::K, V = Layout::V, U = Layout::U;
   constexpr int KS = Layout::KS, DS = Layout::DS, US = Layout::US,
                 AS = Layout::AS;
@@ -785,15 +836,26 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
   const bool stateWarp = warp < K / 16;
   const int stateRow = warp * 16;
   float state[HalfTiles][4];
-  constexpr int Columns = stateColumns<Layer>();
+  // Where column `col` of the tiles is in memory (-1: nowhere): padded
+  // rows and columns are not, and the normaliser's column follows V there.
+  auto memoryColumn = [&](int row, int col) {
+    if (row >= Layer::K)
+      return -1;
+    if (work.identityFrom >= 0)
+      return col < V && work.identityFrom + col < Layer::K ? col : -1;
+    return col < Layer::V                     ? col
+           : Layer::kNormalizer && col == V ? Layer::V
+                                              : -1;
+  };
   for (int n = 0; n < HalfTiles; ++n)
     for (int r = 0; r < 4; ++r) {
       int row = stateRow + accRow(r), col = columnBase + n * 8 + accCol(r);
+      int at = memoryColumn(row, col);
       float x = 0.0f;
       if (work.identityFrom >= 0)
-        x = col < V && row == work.identityFrom + col ? 1.0f : 0.0f;
-      else if (work.initial && col < Columns)
-        x = work.initial[row * Columns + col];
+        x = at >= 0 && row == work.identityFrom + col ? 1.0f : 0.0f;
+      else if (work.initial && at >= 0)
+        x = work.initial[row * stateColumns<Layer>() + at];
       state[n][r] = stateWarp && n < tiles ? x : 0.0f;
     }
   // Each state warp's two rows' total log-gates, for work.logGates.
@@ -851,7 +913,7 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
         StagedInputs<Layer, T> current = next;
         if (i + kChunkWarps < L)
           next.load(Token<Layer, T>{args, start + i + kChunkWarps, head});
-        Layer::Chunk::prologue(
+        Tile::Chunk::prologue(
             StagedToken<Layer, T>{{args, start + i, head}, current, scalars,
                                   s.inputRows, lateRows, s.params, i},
             ops);
@@ -1346,8 +1408,8 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
       if constexpr (kNormalizer)
         read = read / WarpVec<V>::splat(fmaxf(fabsf(s.values[i * US + V]), 1.0f));
       int64_t token = start + i;
-      Layer::Chunk::epilogue(Token<Layer, T>{args, token, head}, read,
-                             output + (token * args.num_heads + head) * V);
+      Tile::Chunk::epilogue(Token<Layer, T>{args, token, head}, read,
+                            output + (token * args.num_heads + head) * Layer::V);
     }
   }
 
@@ -1355,12 +1417,14 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
     for (int n = 0; n < tiles; ++n)
       for (int r = 0; r < 4; ++r) {
         int row = stateRow + accRow(r), col = columnBase + n * 8 + accCol(r);
-        if (col < work.finalColumns)
-          work.final[row * work.finalStride + col] = state[n][r];
+        int at = memoryColumn(row, col);
+        if (at >= 0)
+          work.final[row * work.finalStride + at] = state[n][r];
       }
   if (work.logGates && stateWarp && warpIndex < 8 && laneId() % 4 == 0)
     for (int h = 0; h < 2; ++h)
-      work.logGates[stateRow + accRow(2 * h)] = logGates[h];
+      if (stateRow + accRow(2 * h) < Layer::K)
+        work.logGates[stateRow + accRow(2 * h)] = logGates[h];
 }
 
 template <typename Layer, typename T>
@@ -1404,8 +1468,8 @@ LINAC_DEVICE void segmentComposeKernel(const linac_cuda_forward_args &args) {
     float *after = segmentState<Layer>(args, s, head);
     const int64_t slot = s * args.num_heads + head;
     if constexpr (Layer::kErase) {
-      static_assert(K % 16 == 0 && W == 32 && LINAC_CUDA_COMPOSE_THREADS == 128,
-                    "sixteen groups of K / 16 rows by eight of four columns");
+      static_assert(W == 32 && LINAC_CUDA_COMPOSE_THREADS == 128,
+                    "sixteen groups of rows by eight of four columns");
       float *transposed = composeShared, *tile = composeShared + K * K;
       const float *transition = args.segment_transitions + slot * K * K;
       for (int i = threadIdx.x; i < K * K; i += blockDim.x)
@@ -1415,14 +1479,14 @@ LINAC_DEVICE void segmentComposeKernel(const linac_cuda_forward_args &args) {
         tile[i] = col < Columns ? before[i / W * Columns + col] : 0.0f;
       }
       __syncthreads();
-      constexpr int Rows = K / 16;
+      constexpr int Rows = (K + 15) / 16;
       const int rows = Rows * (threadIdx.x / 8), cols = 4 * (threadIdx.x % 8);
       float acc[Rows][4] = {};
       for (int k = 0; k < K; ++k) {
         const float4 x = *reinterpret_cast<const float4 *>(tile + k * W + cols);
 #pragma unroll
         for (int i = 0; i < Rows; ++i) {
-          const float m = transposed[k * K + rows + i];
+          const float m = rows + i < K ? transposed[k * K + rows + i] : 0.0f;
           acc[i][0] += m * x.x;
           acc[i][1] += m * x.y;
           acc[i][2] += m * x.z;
@@ -1432,7 +1496,7 @@ LINAC_DEVICE void segmentComposeKernel(const linac_cuda_forward_args &args) {
 #pragma unroll
       for (int i = 0; i < Rows; ++i)
         for (int j = 0; j < 4; ++j)
-          if (firstColumn + cols + j < Columns)
+          if (rows + i < K && firstColumn + cols + j < Columns)
             after[(rows + i) * Columns + firstColumn + cols + j] += acc[i][j];
     } else {
       for (int i = threadIdx.x; i < K * W; i += blockDim.x) {

@@ -1,8 +1,8 @@
 // Gated DeltaNet at K = V = 30: rows of 30 floats are not whole 16-byte
 // runs, so decode loads states straight into registers (the plan's
-// decode_staging "direct") and the forward pass runs the recurrent scan.
-// The GPU check covers those paths with it; tests/gpu/prepare.sh compiles
-// it beside the examples.
+// decode_staging "direct"), and the chunkwise forward pads the state to
+// 32 x 32. The GPU check covers those paths with it; tests/gpu/prepare.sh
+// compiles it beside the examples.
 !key = tensor<30xf32, #linac.key>
 !value = tensor<30xf32, #linac.value>
 !state = !linac.state<30x30>

@@ -11,6 +11,7 @@
 #include "linac/Compiler/NormalForm.h"
 #include "linac/Compiler/Passes.h"
 #include "linac/cuda/abi.h"
+#include "linac/cuda/geometry.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -28,73 +29,21 @@ using namespace linac;
 
 namespace {
 
-/// Bytes of the chunkwise kernel's intra-chunk matrices P and A (fp32, C x
-/// (C + 4) each), free from a chunk's epilogue to the next chunk's products.
-int64_t productBytes(const NormalForm &form, int64_t chunkSize) {
-  return 4 * chunkSize * (chunkSize + 4) *
-         (form.erase != Strength::None ? 2 : 1);
-}
-
-/// The state as the chunkwise CUDA kernel holds it: K and V padded to whole
-/// tiles of 16 (ChunkTile in templates/linac/cuda/chunk.h).
-struct ChunkTile {
-  int64_t keys, values;
-  bool normalized;
-  explicit ChunkTile(StateType state)
-      : keys(llvm::alignTo(state.getKeyDim(), 16)),
-        values(llvm::alignTo(state.getValueDim(), 16)),
-        normalized(state.getNormalized()) {}
-};
-
-/// Bytes of the chunkwise kernel's bf16 state copy (K x (U + 8)).
-int64_t stateCopyBytes(ChunkTile tile) {
-  return 2 * tile.keys * (tile.values + (tile.normalized ? 16 : 8));
-}
-
-/// Bytes of the chunkwise kernel's bf16 Delta (C x (U + 8)).
-int64_t deltaBytes(ChunkTile tile, int64_t chunkSize) {
-  return 2 * chunkSize * (tile.values + (tile.normalized ? 16 : 8));
-}
-
-/// Memory the late input rows may take (ChunkLayout's kLateRows): P and A;
-/// with an erase Delta, which the solve writes after the prologue; with a
-/// gate the state copy, published then after the prologue.
-int64_t lateRowBytes(LayerOp layer, const NormalForm &form,
-                     int64_t chunkSize) {
-  ChunkTile tile(layer.getStateType());
-  return productBytes(form, chunkSize) +
-         (form.erase != Strength::None ? deltaBytes(tile, chunkSize) : 0) +
-         (form.keyDecay != KeyDecay::None ? stateCopyBytes(tile) : 0);
-}
-
-/// Bytes of the per-head parameters the chunkwise kernel keeps in shared
-/// memory (ChunkParams in templates/linac/cuda/chunk.h): fp32, each from a
-/// 16-byte boundary.
-int64_t paramBytes(LayerOp layer) {
-  int64_t bytes = 0;
+/// The shape of a chunk of the CUDA kernel (templates/linac/cuda/
+/// geometry.h), without its staged input rows.
+cuda::ChunkShape chunkShape(LayerOp layer, const NormalForm &form) {
+  StateType state = layer.getStateType();
+  cuda::ChunkShape shape;
+  shape.keys = int(state.getKeyDim());
+  shape.values = int(state.getValueDim());
+  shape.normalizer = state.getNormalized();
+  shape.erase = form.erase != Strength::None;
+  shape.gate = form.keyDecay == KeyDecay::Vector ? cuda::Gate::Vector
+               : form.keyDecay == KeyDecay::None ? cuda::Gate::None
+                                                 : cuda::Gate::Scalar;
   for (BlockArgument param : layer.getParams())
-    bytes += llvm::alignTo(4 * elementsOf(param.getType()), 16);
-  return bytes;
-}
-
-/// Dynamic shared memory of the chunkwise CUDA kernel: the layout of
-/// ChunkLayout in templates/linac/cuda/chunk.h, which the generated source
-/// checks against this number.
-int64_t chunkSharedBytes(LayerOp layer, const NormalForm &form,
-                         int64_t chunkSize) {
-  ChunkTile tile(layer.getStateType());
-  int64_t c = chunkSize;
-  int64_t u = tile.values + (tile.normalized ? 8 : 0);
-  int64_t ks = tile.keys + 8, us = u + 4;
-  bool erase = form.erase != Strength::None;
-  return 2 * c * ks * (erase ? 3 : 2) + stateCopyBytes(tile) +
-         deltaBytes(tile, c) + 4 * c * us + productBytes(form, c) +
-         4 * c *
-             (form.keyDecay == KeyDecay::Vector ? ks
-              : form.keyDecay == KeyDecay::None ? 1
-                                                    : 2) +
-         (tile.normalized ? 4 * (tile.keys + c) : 0) +
-         (erase ? 4 * c * 20 : 0) + paramBytes(layer);
+    shape.paramBytes += cuda::paramBytes(elementsOf(param.getType()));
+  return shape;
 }
 
 /// Inputs the chunkwise kernel copies into shared memory a chunk ahead
@@ -107,8 +56,8 @@ SmallVector<int64_t> sharedInputs(LayerOp layer, int64_t chunkSize,
                                   ArrayRef<int64_t> taken = {}) {
   SmallVector<int64_t> shared;
   for (auto [index, input] : llvm::enumerate(layer.getInputs())) {
-    int64_t rowBytes = 2 * elementsOf(input.getType());
-    if (rowBytes % 16 || bytes + chunkSize * rowBytes > room ||
+    int64_t rowBytes = cuda::stagedRowBytes(elementsOf(input.getType()));
+    if (!rowBytes || bytes + chunkSize * rowBytes > room ||
         llvm::is_contained(taken, int64_t(index)))
       continue;
     shared.push_back(index);
@@ -203,7 +152,8 @@ int64_t keySideTranscendentals(LayerOp layer) {
 
 /// The most dynamic shared memory one block may have.
 int64_t sharedMemoryLimit(manifest::Target target) {
-  return target == manifest::Target::Sm90a ? 227 * 1024 : 163 * 1024;
+  return target == manifest::Target::Sm90a ? cuda::kSm90aSharedMemory
+                                           : cuda::kSm80SharedMemory;
 }
 
 constexpr int64_t kDecodeBlockWarps = LINAC_CUDA_DECODE_BLOCK_WARPS;
@@ -322,7 +272,7 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
   // Why a chunkable body still runs as a scan on GPUs: the chunkwise kernel
   // keeps a head's whole state in one block's registers and takes gate
   // factors on the key side only.
-  constexpr int64_t kChunkSize = 64;
+  constexpr int64_t kChunkSize = cuda::kChunkSize;
   std::string scanReason;
   int64_t sharedBytes = 0;
   // A factor above 1 would overflow the chunkwise kernels' cumulative
@@ -330,11 +280,12 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
   if (form.chunkable && form.mayGrow)
     scanReason = "a decay marked may_grow";
   else if (gpu && form.chunkable) {
-    sharedBytes = chunkSharedBytes(layer, form, kChunkSize);
+    sharedBytes = cuda::ChunkMap(chunkShape(layer, form)).bytes;
     if (form.valueDecay)
       scanReason = "value-side decay";
-    else if (state.getKeyDim() > 128 || valueDim > 128)
-      scanReason = "dimensions above 128";
+    else if (state.getKeyDim() > cuda::kMaxChunkDim ||
+             valueDim > cuda::kMaxChunkDim)
+      scanReason = llvm::formatv("dimensions above {0}", cuda::kMaxChunkDim);
     else if (sharedBytes > sharedMemoryLimit(target))
       scanReason = llvm::formatv(
           "the chunk's {0} bytes exceed {1}'s {2} of shared memory",
@@ -359,9 +310,9 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // Of the others, those that fit go into P and A's memory (and with a
     // gate the state copy's), copied during the previous chunk's epilogue.
     int64_t lateBytes = 0;
-    SmallVector<int64_t> late =
-        sharedInputs(layer, kChunkSize, lateRowBytes(layer, form, kChunkSize),
-                     lateBytes, shared);
+    SmallVector<int64_t> late = sharedInputs(
+        layer, kChunkSize, cuda::ChunkMap(chunkShape(layer, form)).lateRowBytes(),
+        lateBytes, shared);
     plan.lateSharedInputs = std::vector<int64_t>(late.begin(), late.end());
   }
   // A scalar log-gate difference is safe to exponentiate on the whole tile;
@@ -378,7 +329,7 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
   if (gpu) {
     // One program per (sequence, head): sixteen warps, the state in their
     // registers.
-    plan.blockThreads = 512;
+    plan.blockThreads = cuda::kChunkThreads;
     plan.sharedMemory = sharedBytes;
     // The kernel's operands are bf16 whatever the activations, so fp16
     // inputs lose 3 mantissa bits the reference keeps; a normaliser's
@@ -388,16 +339,15 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.chunkwiseFloat16 = !form.normalizer;
     // Segments: with an erase, the transition of a segment is a K x K
     // matrix, made by the chunkwise kernel from the identity in column
-    // blocks of its padded V, which the compose kernel multiplies in shared memory;
+    // blocks, which the compose kernel multiplies in shared memory;
     // otherwise it is the segment's total log-gates (segmentComposeKernel
     // in templates/linac/cuda/chunk.h).
     bool erase = form.erase != Strength::None;
-    int64_t keyDim = state.getKeyDim();
+    int keyDim = int(state.getKeyDim());
     plan.transitionBlocks =
-        erase ? llvm::divideCeil(keyDim, ChunkTile(state).values) : 0;
+        cuda::transitionBlocks(keyDim, int(valueDim), erase);
     plan.composeBlockThreads = LINAC_CUDA_COMPOSE_THREADS;
-    plan.composeSharedMemory =
-        erase ? 4 * keyDim * (keyDim + LINAC_CUDA_COMPOSE_COLUMNS) : 0;
+    plan.composeSharedMemory = cuda::composeSharedBytes(keyDim, erase);
   }
   return plan;
 }

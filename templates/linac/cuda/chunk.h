@@ -28,6 +28,7 @@
 #ifndef LINAC_CUDA_CHUNK_H
 #define LINAC_CUDA_CHUNK_H
 
+#include "linac/cuda/geometry.h"
 #include "linac/cuda/token.h"
 #include "linac/gates.h"
 
@@ -37,11 +38,6 @@
 
 namespace linac::cuda {
 
-enum class Gate { None, Scalar, Vector };
-
-/// Warps of a chunkwise block: two per role, one for each half of the value
-/// columns.
-constexpr int kChunkWarps = 16;
 
 /// u with the normaliser's weight beside it when the state carries one.
 template <int V> struct NormalizedValue {
@@ -74,7 +70,7 @@ template <typename Layer, bool Late = false> struct SharedInputRows {
     return Late ? Layer::lateSharedInput(i) : Layer::sharedInput(i);
   }
   LINAC_HOST_DEVICE static constexpr int rowBytes(int i) {
-    return holds(i) ? int(2 * Layer::inputSize(i)) : 0;
+    return holds(i) ? stagedRowBytes(Layer::inputSize(i)) : 0;
   }
   /// Where each input's rows start: a table, so that an index known only
   /// after inlining folds.
@@ -150,7 +146,7 @@ template <typename Layer, bool Late = false> struct SharedInputRows {
 /// boundary: every token's prologue reads them, the block copies them once.
 template <typename Layer> struct ChunkParams {
   LINAC_HOST_DEVICE static constexpr int bytes(int i) {
-    return int((4 * Layer::paramSize(i) + 15) / 16 * 16);
+    return paramBytes(Layer::paramSize(i));
   }
   /// Where each parameter starts: a table, so that an index known only
   /// after inlining folds.
@@ -553,77 +549,41 @@ template <int Tiles> LINAC_DEVICE void zero(float (&acc)[Tiles][4]) {
 //===----------------------------------------------------------------------===//
 
 template <typename Layer> struct ChunkLayout {
-  static constexpr int C = Layer::kChunkSize, K = Layer::K, V = Layer::V;
-  /// Value columns: V, then the normaliser padded to a tile of 8.
-  static constexpr int U = V + (Layer::kNormalizer ? 8 : 0);
+  static constexpr ChunkMap kMap{ChunkShape{
+      Layer::K, Layer::V, Layer::kNormalizer, Layer::kErase, Layer::kKeyGate,
+      SharedInputRows<Layer>::kBytes / Layer::kChunkSize,
+      ChunkParams<Layer>::kBytes}};
+  static constexpr int C = kMap.C, K = kMap.K, V = kMap.V, U = kMap.U;
+  static constexpr int KS = kMap.KS, DS = kMap.DS, US = kMap.US, AS = kMap.AS,
+                       IS = kMap.IS;
   static constexpr bool kVectorGate = Layer::kKeyGate == Gate::Vector;
-  // Row strides, padded so fragment loads spread over the banks.
-  static constexpr int KS = K + 8, DS = U + 8, US = U + 4, AS = C + 4;
-  /// Row stride of the inverses of the erase's 16 x 16 diagonal blocks.
-  static constexpr int IS = 20;
-
-  static constexpr size_t kQ = 0;                               // bf16 C x KS
-  static constexpr size_t kK = kQ + 2 * C * KS;                 // bf16 C x KS
-  static constexpr size_t kE = kK + 2 * C * KS;                 // bf16 C x KS
-  static constexpr size_t kValues =                             // f32 C x US
-      kE + (Layer::kErase ? 2 * C * KS : 0);
-  // The late input rows take P, A and what else is free from the previous
-  // chunk's last barrier to this chunk's prologue barrier: with an erase,
-  // Delta (the solve writes it after the prologue); with a gate, the state
-  // copy (then published after the prologue, beside the cumulative gates
-  // and before their barrier). The order keeps them together.
-  static constexpr bool kPublishAfterPrologue = Layer::kKeyGate != Gate::None;
-  static constexpr size_t kStateBytes = 2 * K * DS, kDeltaBytes = 2 * C * DS;
-  static constexpr size_t kAfterValues = kValues + 4 * C * US;
-  static constexpr size_t kState =                              // bf16 K x DS
-      Layer::kErase ? kAfterValues : kAfterValues + kDeltaBytes;
-  static constexpr size_t kDelta =                              // bf16 C x DS
-      Layer::kErase ? kAfterValues + kStateBytes : kAfterValues;
-  static constexpr size_t kP =                                  // f32 C x AS
-      kAfterValues + kStateBytes + kDeltaBytes;
-  static constexpr size_t kA = kP + 4 * C * AS;                 // f32 C x AS
-  static constexpr size_t kGates = kA + (Layer::kErase ? 4 * C * AS : 0);
-  static constexpr size_t kLateRows = kPublishAfterPrologue ? kState
-                                      : Layer::kErase       ? kDelta
-                                                            : kP;
-  // The gates: a key-vector gate's C x KS, or a scalar gate's cumulative
-  // log-gates and then each token's factor to the chunk's end. After them,
-  // with a normaliser, its column of the state and of Delta in fp32.
-  static constexpr size_t kStateNormalizer =
-      kGates + 4 * C *
-                   (kVectorGate                       ? KS
-                    : Layer::kKeyGate == Gate::Scalar ? 2
-                                                      : 1);
-  static constexpr size_t kWeights = kStateNormalizer + 4 * K;
-  static constexpr size_t kInverses =
-      Layer::kNormalizer ? kWeights + 4 * C : kStateNormalizer;
-  static constexpr size_t kInputRows =                          // SharedInputRows
-      kInverses + (Layer::kErase ? 4 * C * IS : 0);
-  static constexpr size_t kParams = kInputRows + SharedInputRows<Layer>::kBytes;
-  static constexpr size_t kBytes = kParams + ChunkParams<Layer>::kBytes;
-  static_assert(SharedInputRows<Layer, true>::kBytes <= kGates - kLateRows,
+  static constexpr bool kPublishAfterPrologue = kMap.publishAfterPrologue;
+  static constexpr size_t kBytes = kMap.bytes;
+  static_assert(C == Layer::kChunkSize, "the plan's chunk");
+  static_assert(SharedInputRows<Layer, true>::kBytes <= kMap.lateRowBytes(),
                 "the late input rows fit their memory");
-  static_assert(kBytes <= 232448, "the chunk's working set exceeds shared memory");
+  static_assert(kBytes <= kSm90aSharedMemory,
+                "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *state, *delta;
   float *values, *p, *a, *gates, *stateNormalizer, *weights, *inverses;
   char *inputRows, *lateInputRows, *params;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
-      : q(reinterpret_cast<__nv_bfloat16 *>(base + kQ)),
-        k(reinterpret_cast<__nv_bfloat16 *>(base + kK)),
-        e(reinterpret_cast<__nv_bfloat16 *>(base + kE)),
-        state(reinterpret_cast<__nv_bfloat16 *>(base + kState)),
-        delta(reinterpret_cast<__nv_bfloat16 *>(base + kDelta)),
-        values(reinterpret_cast<float *>(base + kValues)),
-        p(reinterpret_cast<float *>(base + kP)),
-        a(reinterpret_cast<float *>(base + kA)),
-        gates(reinterpret_cast<float *>(base + kGates)),
-        stateNormalizer(reinterpret_cast<float *>(base + kStateNormalizer)),
-        weights(reinterpret_cast<float *>(base + kWeights)),
-        inverses(reinterpret_cast<float *>(base + kInverses)),
-        inputRows(base + kInputRows), lateInputRows(base + kLateRows),
-        params(base + kParams) {}
+      : q(reinterpret_cast<__nv_bfloat16 *>(base + kMap.q)),
+        k(reinterpret_cast<__nv_bfloat16 *>(base + kMap.k)),
+        e(reinterpret_cast<__nv_bfloat16 *>(base + kMap.e)),
+        state(reinterpret_cast<__nv_bfloat16 *>(base + kMap.state)),
+        delta(reinterpret_cast<__nv_bfloat16 *>(base + kMap.delta)),
+        values(reinterpret_cast<float *>(base + kMap.values)),
+        p(reinterpret_cast<float *>(base + kMap.p)),
+        a(reinterpret_cast<float *>(base + kMap.a)),
+        gates(reinterpret_cast<float *>(base + kMap.gates)),
+        stateNormalizer(reinterpret_cast<float *>(base + kMap.stateNormalizer)),
+        weights(reinterpret_cast<float *>(base + kMap.weights)),
+        inverses(reinterpret_cast<float *>(base + kMap.inverses)),
+        inputRows(base + kMap.inputRows), lateInputRows(base + kMap.lateRows),
+        params(base + kMap.params) {}
 
   /// Cumulative key-side log-gate of token i at channel d (any d for a
   /// scalar gate); 0 before the chunk and without a gate.
@@ -645,7 +605,7 @@ template <typename Layer> struct ChunkLayout {
 };
 
 template <typename Layer> constexpr int chunkThreads() {
-  return kChunkWarps * 32;
+  return kChunkThreads;
 }
 
 /// v over the same lanes and slots as a vector of N, zero past the shorter
@@ -667,8 +627,7 @@ template <int N, int M> LINAC_DEVICE WarpVec<N> resized(const WarpVec<M> &v) {
 /// the kernel's tiles take the padded sizes; tokens, states and outputs in
 /// memory keep the layer's.
 template <typename Layer> struct PaddedLayer : Layer {
-  static constexpr int K = (Layer::K + 15) / 16 * 16;
-  static constexpr int V = (Layer::V + 15) / 16 * 16;
+  static constexpr int K = paddedDim(Layer::K), V = paddedDim(Layer::V);
   struct Chunk {
     template <typename Token>
     LINAC_DEVICE static void prologue(const Token &token,
@@ -731,8 +690,7 @@ struct ChunkWork {
 /// column blocks of the kernel's (padded) V of its K x K transition, with
 /// an erase.
 template <typename Layer> constexpr int transitionBlocks() {
-  constexpr int V = ChunkTile<Layer>::V;
-  return Layer::kErase ? (Layer::K + V - 1) / V : 0;
+  return cuda::transitionBlocks(Layer::K, Layer::V, Layer::kErase);
 }
 
 /// A head's slot for segment `segment` in args.segment_states.
@@ -1445,8 +1403,7 @@ template <typename Layer> constexpr int composeThreads() {
 /// A compose block's shared memory: with an erase, a transition transposed
 /// and its column tile of the state before.
 template <typename Layer> constexpr size_t composeSharedBytes() {
-  constexpr size_t K = Layer::K;
-  return Layer::kErase ? 4 * K * (K + LINAC_CUDA_COMPOSE_COLUMNS) : 0;
+  return size_t(cuda::composeSharedBytes(Layer::K, Layer::kErase));
 }
 
 /// The COMPOSE pass (abi.h): the block of a sequence's first segment walks

@@ -1,0 +1,141 @@
+//===- geometry.h - sizes the plan and the chunkwise kernel share -*- C++ -*-===//
+//
+// Every number that both the plan (compiler/lib/Plan.cpp, on the host) and
+// the chunkwise kernel (chunk.h, on the device) need, computed here once:
+// the tile a state takes, the map of a chunk's shared memory, the bytes of
+// staged input rows and parameters, the transition blocks of a segment and
+// the compose kernel's memory. Plain constexpr C++, without CUDA, so that
+// the compiler includes it too; the generated source checks the plan's
+// numbers against it as it compiles.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_CUDA_GEOMETRY_H
+#define LINAC_CUDA_GEOMETRY_H
+
+#include "linac/cuda/abi.h"
+
+#include <cstddef>
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define LINAC_GEOMETRY __host__ __device__ constexpr
+#else
+#define LINAC_GEOMETRY constexpr
+#endif
+
+namespace linac::cuda {
+
+/// How a key-side gate enters the chunkwise kernel.
+enum class Gate { None, Scalar, Vector };
+
+/// Dynamic shared memory a block may have on sm_90a and on sm_80.
+inline constexpr int64_t kSm90aSharedMemory = 227 * 1024;
+inline constexpr int64_t kSm80SharedMemory = 163 * 1024;
+
+/// Tokens of a chunk, and the threads of a chunkwise block: 16 warps, two
+/// for each of eight roles of 16 key rows.
+inline constexpr int kChunkSize = 64;
+inline constexpr int kChunkWarps = 16, kChunkThreads = 32 * kChunkWarps;
+/// The largest K and V the chunkwise kernel's registers hold.
+inline constexpr int kMaxChunkDim = 128;
+
+/// K or V as the kernel's tiles take it: padded to a multiple of 16.
+LINAC_GEOMETRY int paddedDim(int n) { return (n + 15) / 16 * 16; }
+
+/// Bytes a token's row of a staged 16-bit input takes, or 0 when its rows
+/// are not whole 16-byte runs and it stays in registers.
+LINAC_GEOMETRY int stagedRowBytes(int64_t elements) {
+  return 2 * elements % 16 == 0 ? int(2 * elements) : 0;
+}
+
+/// Bytes a head's fp32 parameter of `elements` takes in shared memory, from
+/// a 16-byte boundary.
+LINAC_GEOMETRY int paramBytes(int64_t elements) {
+  return int((4 * elements + 15) / 16 * 16);
+}
+
+/// What sizes a chunk's shared memory: the layer's K and V (padded here),
+/// its normal form, and the bytes a token's staged input rows and the
+/// head's parameters take.
+struct ChunkShape {
+  int keys = 0, values = 0;
+  bool normalizer = false, erase = false;
+  Gate gate = Gate::None;
+  int64_t inputRowBytes = 0, paramBytes = 0;
+};
+
+/// Where each of a chunk's buffers starts in shared memory (ChunkLayout in
+/// chunk.h), in bytes, and the padded strides of their rows.
+struct ChunkMap {
+  int C, K, V, U, KS, DS, US, AS, IS;
+  int64_t q, k, e, values, state, delta, p, a, gates, lateRows,
+      stateNormalizer, weights, inverses, inputRows, params, bytes;
+  /// Whether the bf16 state copy is published after the prologue (its
+  /// memory then takes late input rows before).
+  bool publishAfterPrologue;
+
+  LINAC_GEOMETRY explicit ChunkMap(const ChunkShape &shape)
+      : C(kChunkSize), K(paddedDim(shape.keys)), V(paddedDim(shape.values)),
+        // Value columns: V, then the normaliser padded to a tile of 8.
+        U(V + (shape.normalizer ? 8 : 0)),
+        // Row strides, padded so fragment loads spread over the banks; the
+        // inverses of the erase's 16 x 16 diagonal blocks take rows of 20.
+        KS(K + 8), DS(U + 8), US(U + 4), AS(C + 4), IS(20), q(0), k(0), e(0),
+        values(0), state(0), delta(0), p(0), a(0), gates(0), lateRows(0),
+        stateNormalizer(0), weights(0), inverses(0), inputRows(0), params(0),
+        bytes(0), publishAfterPrologue(shape.gate != Gate::None) {
+    k = q + 2 * C * KS;                               // bf16 C x KS each
+    e = k + 2 * C * KS;
+    values = e + (shape.erase ? 2 * C * KS : 0);      // f32 C x US
+    // The late input rows take P, A and what else is free from the
+    // previous chunk's last barrier to this chunk's prologue barrier: with
+    // an erase, Delta (the solve writes it after the prologue); with a
+    // gate, the state copy (then published after the prologue, beside the
+    // cumulative gates and before their barrier). The order keeps them
+    // together.
+    const int64_t stateBytes = 2 * K * DS, deltaBytes = 2 * C * DS;
+    const int64_t afterValues = values + 4 * C * US;
+    state = shape.erase ? afterValues : afterValues + deltaBytes; // bf16 K x DS
+    delta = shape.erase ? afterValues + stateBytes : afterValues; // bf16 C x DS
+    p = afterValues + stateBytes + deltaBytes;        // f32 C x AS
+    a = p + 4 * C * AS;                               // f32 C x AS
+    gates = a + (shape.erase ? 4 * C * AS : 0);
+    lateRows = publishAfterPrologue ? state : shape.erase ? delta : p;
+    // The gates: a key-vector gate's C x KS, or a scalar gate's cumulative
+    // log-gates and then each token's factor to the chunk's end. After
+    // them, with a normaliser, its column of the state and of Delta in
+    // fp32.
+    stateNormalizer = gates + 4 * C *
+                                  (shape.gate == Gate::Vector   ? KS
+                                   : shape.gate == Gate::Scalar ? 2
+                                                                : 1);
+    weights = stateNormalizer + 4 * K;
+    inverses = shape.normalizer ? weights + 4 * C : stateNormalizer;
+    inputRows = inverses + (shape.erase ? 4 * C * IS : 0);
+    params = inputRows + C * shape.inputRowBytes;
+    bytes = params + shape.paramBytes;
+  }
+
+  /// Bytes the late input rows may take.
+  LINAC_GEOMETRY int64_t lateRowBytes() const { return gates - lateRows; }
+};
+
+/// Blocks of a segmented forward's LOCAL pass a segment takes besides its
+/// state's: with an erase, its K x K transition's column blocks of the
+/// kernel's padded V.
+LINAC_GEOMETRY int transitionBlocks(int keys, int values, bool erase) {
+  return erase ? (keys + paddedDim(values) - 1) / paddedDim(values) : 0;
+}
+
+/// Shared memory of a compose block: with an erase, a transition
+/// transposed and a column tile of the state before it.
+LINAC_GEOMETRY int64_t composeSharedBytes(int keys, bool erase) {
+  return erase ? 4 * int64_t(keys) * (keys + LINAC_CUDA_COMPOSE_COLUMNS) : 0;
+}
+
+} // namespace linac::cuda
+
+#undef LINAC_GEOMETRY
+
+#endif // LINAC_CUDA_GEOMETRY_H

@@ -66,51 +66,30 @@ SmallVector<int64_t> sharedInputs(LayerOp layer, int64_t chunkSize,
   return shared;
 }
 
-/// How a decode group splits a state, or a strip of `parts` of its value
-/// columns (DecodeSplit and DecodeState in templates/linac/cuda/decode.h).
-struct DecodeBlocks {
-  int64_t keys, columns, rowStride, columnLanes, rowLanes, rows;
-  /// Value columns a thread holds: its share of its warp's strip, whole
-  /// runs of four per column lane.
-  int64_t slots;
+/// How a decode group of `warps` warps splits a state, or a strip of
+/// `parts` of its value columns (templates/linac/cuda/geometry.h).
+cuda::DecodeShape decodeShape(StateType state, int64_t warps, int64_t parts) {
+  return cuda::DecodeShape(int(state.getKeyDim()), int(state.getValueDim()),
+                           int(parts), int(warps), state.getNormalized());
+}
 
-  DecodeBlocks(StateType state, int64_t warps, int64_t parts)
-      : keys(state.getKeyDim()),
-        columns(state.getValueDim() / parts + (state.getNormalized() ? 1 : 0)),
-        rowStride(state.getValueDim() + (state.getNormalized() ? 1 : 0)),
-        columnLanes(
-            llvm::divideCeil(state.getValueDim() / parts, warps) > 4 ? 2 : 1),
-        rowLanes(32 / columnLanes), rows(llvm::divideCeil(keys, rowLanes)),
-        slots(llvm::divideCeil(
-                  llvm::divideCeil(state.getValueDim() / parts, warps),
-                  4 * columnLanes) *
-              4) {}
-  /// Shared memory one state staged by bulk copies takes: each row lane's
-  /// block of rows, 16 bytes per column lane apart.
-  int64_t bulkStageBytes() const {
-    return rowLanes * (rows * columns + 4 * columnLanes) * 4;
-  }
-  /// Whether the bulk copy engine can move a whole state: every block of
-  /// rows is whole 16-byte runs.
-  bool blocksAreRuns() const {
-    return rows * columns % 4 == 0 && keys % rows * columns % 4 == 0;
-  }
-  /// Whether a tensor map can move a strip in boxes of kBoxColumns columns
-  /// by every key row, 128-byte swizzled: rows of whole 16-byte runs, at
-  /// most 256 of them, and row lanes that take interleaved pairs of rows
-  /// (row % 8 apart within a quarter-warp) so that the swizzle keeps a
-  /// quarter-warp's reads on different banks.
-  static constexpr int64_t kBoxColumns = LINAC_CUDA_DECODE_BOX_COLUMNS;
-  bool stripsAreBoxes() const {
-    return columns % kBoxColumns == 0 && rowStride % 4 == 0 && keys <= 256 &&
-           columnLanes == 2 && keys % (2 * rowLanes) == 0;
-  }
-};
+/// Whether a tensor map can move a strip in boxes of
+/// LINAC_CUDA_DECODE_BOX_COLUMNS columns by every key row, 128-byte
+/// swizzled: rows of whole 16-byte runs, at most 256 of them, and row lanes
+/// that take interleaved pairs of rows (row % 8 apart within a
+/// quarter-warp) so that the swizzle keeps a quarter-warp's reads on
+/// different banks.
+bool stripsAreBoxes(StateType state, const cuda::DecodeShape &shape) {
+  int64_t rowStride = state.getValueDim() + (state.getNormalized() ? 1 : 0);
+  return shape.columns % LINAC_CUDA_DECODE_BOX_COLUMNS == 0 &&
+         rowStride % 4 == 0 && shape.keys <= 256 && shape.columnLanes == 2 &&
+         shape.keys % (2 * shape.rowLanes) == 0;
+}
 
 /// Floats a decode thread would hold at once if a step loaded every vector
 /// argument before its first state op: its part of the state and of each
 /// vector or matrix.
-int64_t upFrontDecodeFloats(LayerOp layer, const DecodeBlocks &blocks) {
+int64_t upFrontDecodeFloats(LayerOp layer, const cuda::DecodeShape &blocks) {
   int64_t floats = blocks.rows * blocks.slots;
   for (BlockArgument arg : layer.getBody().getArguments())
     if (isKeyVector(arg.getType()))
@@ -193,8 +172,8 @@ DecodeStagingPlan planDecodeStaging(LayerOp layer, manifest::Target target,
   if (decodeParts > 1 && takesValueStrips(layer) &&
       state.getValueDim() % decodeParts == 0 &&
       decodeWarps % decodeParts == 0 &&
-      DecodeBlocks(state, decodeWarps / decodeParts, decodeParts)
-          .stripsAreBoxes()) {
+      stripsAreBoxes(state,
+                     decodeShape(state, decodeWarps / decodeParts, decodeParts))) {
     int64_t itemWarps = decodeWarps / decodeParts;
     int64_t stageBytes =
         state.getKeyDim() * (state.getValueDim() / decodeParts) * 4;
@@ -206,10 +185,10 @@ DecodeStagingPlan planDecodeStaging(LayerOp layer, manifest::Target target,
       return {DecodeStaging::Tensor, decodeParts, itemWarps, stages,
               stages * stageBytes + kSwizzleAlignment};
   }
-  DecodeBlocks blocks(state, decodeWarps, 1);
+  cuda::DecodeShape blocks = decodeShape(state, decodeWarps, 1);
   if (!blocks.blocksAreRuns())
     return {DecodeStaging::Direct, 1, decodeWarps, 0, 0};
-  int64_t stageBytes = blocks.bulkStageBytes();
+  int64_t stageBytes = 4 * int64_t(blocks.bulkStageFloats());
   int64_t stages =
       groupsOf(decodeWarps) *
       std::min(kMaxGroupStages, room / (stageBytes * groupsOf(decodeWarps)));
@@ -237,7 +216,8 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
   if (gpu) {
     DecodeStagingPlan staging =
         planDecodeStaging(layer, target, decodeWarps, decodeParts);
-    DecodeBlocks blocks(state, staging.itemWarps, staging.parts);
+    cuda::DecodeShape blocks =
+        decodeShape(state, staging.itemWarps, staging.parts);
     // A decode thread has 128 registers (512 threads a multiprocessor);
     // with about 24 for addresses, indices and temporaries, a step whose
     // vector arguments would not fit beside the state loads and computes

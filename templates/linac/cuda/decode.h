@@ -25,6 +25,7 @@
 #ifndef LINAC_CUDA_DECODE_H
 #define LINAC_CUDA_DECODE_H
 
+#include "linac/cuda/geometry.h"
 #include "linac/cuda/token.h"
 
 namespace linac::cuda {
@@ -57,15 +58,14 @@ struct DecodeSplit {
   /// each, so that a warp's access to a row is 32-byte sectors whole, and the
   /// lane pairs split the key rows: a thread holds as many rows as
   /// columns at K = V, which keeps the key and value vectors it holds
-  /// short.
-  static constexpr int kColumnLanes = (V + Warps - 1) / Warps > 4 ? 2 : 1;
-  static constexpr int kRowLanes = 32 / kColumnLanes;
-  static constexpr int kRows = (K + kRowLanes - 1) / kRowLanes;
+  /// short (geometry.h's DecodeShape, which the plan reads too).
+  static constexpr DecodeShape kShape{K, V, 1, Warps, false};
+  static constexpr int kColumnLanes = kShape.columnLanes;
+  static constexpr int kRowLanes = kShape.rowLanes;
+  static constexpr int kRows = kShape.rows;
   /// Value columns of a warp, and of a thread.
-  static constexpr int kStripColumns =
-      ((V + Warps - 1) / Warps + 4 * kColumnLanes - 1) / (4 * kColumnLanes) *
-      (4 * kColumnLanes);
-  static constexpr int kSlots = kStripColumns / kColumnLanes;
+  static constexpr int kStripColumns = kShape.stripColumns;
+  static constexpr int kSlots = kShape.slots;
   /// Rows and columns past which no thread holds any.
   static constexpr int kRowSpan = kRowLanes * kRows,
                        kColumnSpan = Warps * kStripColumns;
@@ -417,8 +417,7 @@ struct DecodeState {
   /// lane further from the previous one than in memory, so that each
   /// quarter of a warp's 16-byte reads, eight lanes, falls on different
   /// banks.
-  static constexpr int kBlockFloats = kRows * kColumns,
-                       kBlockGap = 4 * Split::kColumnLanes;
+  static constexpr int kBlockGap = 4 * Split::kColumnLanes;
   /// Tensor staging keeps boxes of kBoxColumns columns by K rows, each row
   /// 128 bytes whose 16-byte chunks the swizzle permutes by row % 8; Split
   /// gives a quarter-warp's row lanes rows with different row % 8.
@@ -427,13 +426,15 @@ struct DecodeState {
   static_assert(Staging != DecodeStaging::Tensor ||
                     (kHeld % kBoxColumns == 0 && !Normalized),
                 "a strip is whole boxes, without a normaliser");
-  static_assert(Staging != DecodeStaging::Bulk ||
-                    (kBlockFloats % 4 == 0 && K % kRows * kColumns % 4 == 0),
+  static constexpr DecodeShape kShape{K, V, Parts, Split::kWarps, Normalized};
+  static_assert(kShape.rows == kRows && kShape.columns == kColumns &&
+                    kShape.columnLanes == Split::kColumnLanes,
+                "the plan's split of a state");
+  static_assert(Staging != DecodeStaging::Bulk || kShape.blocksAreRuns(),
                 "bulk copies move 16-byte runs");
   LINAC_HOST_DEVICE static constexpr int stageFloats() {
-    return Staging == DecodeStaging::Tensor
-               ? K * kHeld
-               : Split::kRowLanes * (kBlockFloats + kBlockGap);
+    return Staging == DecodeStaging::Tensor ? K * kHeld
+                                            : kShape.bulkStageFloats();
   }
   /// Where the run of four columns from `column` of row i of a staged
   /// state starts.

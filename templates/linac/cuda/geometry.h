@@ -134,6 +134,41 @@ LINAC_GEOMETRY int64_t composeSharedBytes(int keys, bool erase) {
   return erase ? 4 * int64_t(keys) * (keys + LINAC_CUDA_COMPOSE_COLUMNS) : 0;
 }
 
+/// How a decode group of `warps` warps splits a state's K key rows and a
+/// strip of its value columns, one of `parts` (DecodeSplit and DecodeState
+/// in decode.h). Two lanes side by side take a strip's runs of eight
+/// columns, four each, where a warp has more than four columns, and the
+/// lane pairs split the key rows.
+struct DecodeShape {
+  int keys, held, columns, columnLanes, rowLanes, rows, stripColumns, slots;
+
+  LINAC_GEOMETRY DecodeShape(int keys, int values, int parts, int warps,
+                             bool normalized)
+      : keys(keys), held(values / parts),
+        // A held row's columns: the normaliser, when kept, is last.
+        columns(held + (normalized ? 1 : 0)),
+        columnLanes((held + warps - 1) / warps > 4 ? 2 : 1),
+        rowLanes(32 / columnLanes), rows((keys + rowLanes - 1) / rowLanes),
+        // A warp's value columns, whole runs of four a column lane, and a
+        // thread's.
+        stripColumns(((held + warps - 1) / warps + 4 * columnLanes - 1) /
+                     (4 * columnLanes) * (4 * columnLanes)),
+        slots(stripColumns / columnLanes) {}
+
+  /// Floats one state staged by bulk copies takes: each row lane's block
+  /// of rows, 16 bytes a column lane further from the previous one than in
+  /// memory, so that each quarter of a warp's 16-byte reads falls on
+  /// different banks.
+  LINAC_GEOMETRY int bulkStageFloats() const {
+    return rowLanes * (rows * columns + 4 * columnLanes);
+  }
+  /// Whether the bulk copy engine can move a whole state: every block of
+  /// rows is whole 16-byte runs.
+  LINAC_GEOMETRY bool blocksAreRuns() const {
+    return rows * columns % 4 == 0 && keys % rows * columns % 4 == 0;
+  }
+};
+
 } // namespace linac::cuda
 
 #undef LINAC_GEOMETRY

@@ -247,7 +247,8 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.decodeSharedMemory = staging.sharedBytes;
     // The scan: one program per (sequence, head), thread j holding column j
     // (and one more for the normaliser).
-    plan.scanBlockThreads = (valueDim + form.normalizer + 31) / 32 * 32;
+    plan.scanBlockThreads =
+        cuda::scanThreads(int(valueDim), form.normalizer);
   }
   // Why a chunkable body still runs as a scan on GPUs: the chunkwise kernel
   // keeps a head's whole state in one block's registers and takes gate

@@ -3,8 +3,8 @@
 // Every number that both the plan (compiler/lib/Plan.cpp, on the host) and
 // the chunkwise kernel (chunk.h, on the device) need, computed here once:
 // the tile a state takes, the map of a chunk's shared memory, the bytes of
-// staged input rows and parameters, the transition blocks of a segment and
-// the compose kernel's memory. Plain constexpr C++, without CUDA, so that
+// staged input rows and parameters, the transition blocks of a segment, the
+// compose kernel's memory, the scan's block and decode's split of a state. Plain constexpr C++, without CUDA, so that
 // the compiler includes it too; the generated source checks the plan's
 // numbers against it as it compiles.
 //
@@ -120,6 +120,12 @@ struct ChunkMap {
   /// Bytes the late input rows may take.
   LINAC_GEOMETRY int64_t lateRowBytes() const { return gates - lateRows; }
 };
+
+/// Threads of the recurrent scan's block: thread j holds value column j,
+/// and one more the normaliser's, in whole warps.
+LINAC_GEOMETRY int scanThreads(int values, bool normalized) {
+  return (values + (normalized ? 1 : 0) + 31) / 32 * 32;
+}
 
 /// Blocks of a segmented forward's LOCAL pass a segment takes besides its
 /// state's: with an erase, its K x K transition's column blocks of the

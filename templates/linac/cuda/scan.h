@@ -12,6 +12,7 @@
 #ifndef LINAC_CUDA_SCAN_H
 #define LINAC_CUDA_SCAN_H
 
+#include "linac/cuda/geometry.h"
 #include "linac/cuda/token.h"
 
 namespace linac::cuda {
@@ -83,7 +84,7 @@ template <int K, int V, bool Normalized> struct ScanState {
 };
 
 template <typename Layer> constexpr int scanThreads() {
-  return (Layer::V + (Layer::kNormalizer ? 1 : 0) + 31) / 32 * 32;
+  return cuda::scanThreads(Layer::V, Layer::kNormalizer);
 }
 
 template <typename Layer, typename T>

@@ -13,7 +13,8 @@ matrix [hidden, H * K * V]; each parameter is a torch Parameter of its shape
 the tensor. The reads [B, T, H, V] go through an output projection [H * V,
 hidden]. The layer compiles its spec for the device its inputs are on (a
 cpu package on the CPU, sm_90a or sm_80 on CUDA devices), once per process
-and cached on disk. The backward pass through the kernels does not exist
+and cached on disk; `packages` maps targets to packages compiled elsewhere,
+which it opens instead (then the spec may be None). The backward pass through the kernels does not exist
 yet: a backward through the layer raises NotImplementedError.
 """
 
@@ -22,7 +23,7 @@ import os
 import torch
 from torch import nn
 
-from . import InvalidArgument
+from . import InvalidArgument, load
 from . import compile as compile_spec
 from . import torch as linac_torch
 
@@ -55,14 +56,16 @@ class Layer(nn.Module):
     """A linear-attention layer from a spec (text or a path)."""
 
     def __init__(self, spec, hidden_size, num_heads, *, bias=False,
-                 param_init=None, options=(), cache=None, device=None,
-                 dtype=None):
+                 param_init=None, options=(), cache=None, packages=None,
+                 device=None, dtype=None):
         super().__init__()
-        self.spec = _spec_text(spec)
+        self.spec = None if spec is None else _spec_text(spec)
         self.hidden_size, self.num_heads = hidden_size, num_heads
         self._options, self._cache = tuple(options), cache
-        self._packages = {}
-        layer = self.package('cpu')
+        self._packages = {target: load(path)
+                          for target, path in (packages or {}).items()}
+        layer = (next(iter(self._packages.values())) if self._packages
+                 else self.package('cpu'))
         self.key_dim, self.value_dim = layer.key_dim, layer.value_dim
         self.input_names, self.param_names = layer.inputs, layer.params
         sizes = {'key': (layer.key_dim,), 'value': (layer.value_dim,),
@@ -102,6 +105,10 @@ class Layer(nn.Module):
         """The compiled spec (a linac.Layer) that runs on `device`."""
         target = target_for(device)
         if target not in self._packages:
+            if self.spec is None:
+                raise InvalidArgument(
+                    f'no package for {target} among '
+                    f'{", ".join(self._packages)} and no spec to compile')
             self._packages[target] = compile_spec(
                 self.spec, target=target, options=self._options,
                 cache=self._cache)

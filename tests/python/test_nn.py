@@ -37,27 +37,27 @@ linac.layer @unnamed(%S : !state)
 '''
 
 
-def reference_forward(layer, hidden, initial_state=None):
-    """The layer's output in fp64: its projections, the step program run
-    token by token, and the output projection."""
+def reference_forward(layer, hidden, package, initial_state=None):
+    """The layer's output in fp64: its projections, the step program of
+    `package` run token by token, and the output projection."""
     with torch.no_grad():
-        return _reference_forward(layer, hidden.double(), initial_state)
+        return _reference_forward(layer, hidden.double().cpu(), package,
+                                  initial_state)
 
 
-def _reference_forward(layer, x, initial_state):
+def _reference_forward(layer, x, package, initial_state):
     inputs, params = {}, {}
     batch, tokens, _ = x.shape
     for name in layer.input_names:
         projection = layer.projections[name]
-        inputs[name] = (x @ projection.weight.double().T).reshape(
+        inputs[name] = (x @ projection.weight.double().cpu().T).reshape(
             (batch, tokens, layer.num_heads) + layer._input_shapes[name]).numpy()
     for name in layer.param_names:
-        params[name] = layer.params[name].double().numpy()
-    package = layer.package('cpu')
+        params[name] = layer.params[name].double().cpu().numpy()
     reads, final = reference.run(reference.step_program(package.path), inputs,
                                  params, initial_state=initial_state)
     reads = torch.from_numpy(reads).reshape(batch, tokens, -1)
-    return reads @ layer.output.weight.double().T, final
+    return reads @ layer.output.weight.double().cpu().T, final
 
 
 @pytest.mark.parametrize('spec', [SPECS['scalar_delta'], UNNAMED])
@@ -68,7 +68,7 @@ def test_forward_matches_the_reference(spec, cache):
     hidden = torch.randn(2, 37, 24)
     with torch.no_grad():
         y, final = layer(hidden, output_final_state=True)
-    want_y, want_final = reference_forward(layer, hidden)
+    want_y, want_final = reference_forward(layer, hidden, layer.package('cpu'))
     assert y.shape == (2, 37, 24) and final.shape[:2] == (2, 3)
     assert relative_error(y.double().numpy(), want_y.numpy()) < TOLERANCE
     assert relative_error(final.numpy(), want_final) < TOLERANCE
@@ -106,6 +106,12 @@ def test_errors_name_the_argument(cache):
         layer(torch.randn(2, 5, 15))
     with pytest.raises(linac.InvalidArgument, match='no linac target'):
         linac.nn.target_for('meta')
+    # A package compiled elsewhere (opening an sm_90a one needs no GPU).
+    compiled = linac.compile(UNNAMED, target='sm_90a', cache=cache).path
+    opened = linac.nn.Layer(None, 16, 2, packages={'sm_90a': compiled})
+    assert opened.input_names == ('q', 'k', 'v', 'w', 's')
+    with pytest.raises(linac.InvalidArgument, match='no spec to compile'):
+        opened.package('cpu')
 
 
 def test_backward_says_it_does_not_exist_yet(cache):

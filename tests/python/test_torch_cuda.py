@@ -113,3 +113,20 @@ def test_compile_and_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(graph_o, want_o) and torch.equal(graph_state, want_state)
+
+
+def test_nn_layer_matches_the_reference():
+    import linac.nn
+    from test_nn import reference_forward
+    path = os.path.join(PACKAGES, 'gated_deltanet.linac')
+    if not os.path.isdir(path):
+        pytest.skip(f'no {path}: run tests/gpu/prepare.sh')
+    layer = linac.nn.Layer(None, 64, 2, packages={'sm_90a': path},
+                           device='cuda', dtype=torch.bfloat16)
+    hidden = torch.randn(2, 100, 64, device='cuda', dtype=torch.bfloat16)
+    with torch.no_grad():
+        y, final = layer(hidden, output_final_state=True)
+    want_y, want_final = reference_forward(layer, hidden, layer.package('cuda'))
+    assert y.dtype == torch.bfloat16
+    assert relative_error(y.double().cpu().numpy(), want_y.numpy()) < 2e-2
+    assert relative_error(final.cpu().numpy(), want_final) < 2e-2

@@ -203,20 +203,22 @@ void checkFile(const std::string &file, const std::string &field) {
     throw SchemaError(field + " '" + file + "' is not a file of the package");
 }
 
+void checkKernel(const Manifest &manifest, const Kernel &kernel,
+                 const std::string &field) {
+  checkFile(kernel.file, field + ".file");
+  if (kernel.file != manifest.kernels.front().file)
+    throw SchemaError(field + ".file '" + kernel.file +
+                      "' is not the package's kernel file '" +
+                      manifest.kernels.front().file + "'");
+  if (isGpu(manifest.target) && (!kernel.blockThreads || !kernel.sharedMemory))
+    throw SchemaError(field + " '" + kernel.entry +
+                      "' has no block_threads or shared_memory");
+}
+
 void checkKernels(const Manifest &manifest, const std::vector<Kernel> &kernels,
                   const std::string &list) {
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    const Kernel &kernel = kernels[i];
-    std::string field = list + "[" + std::to_string(i) + "]";
-    checkFile(kernel.file, field + ".file");
-    if (kernel.file != manifest.kernels.front().file)
-      throw SchemaError(field + ".file '" + kernel.file +
-                        "' is not the package's kernel file '" +
-                        manifest.kernels.front().file + "'");
-    if (isGpu(manifest.target) && (!kernel.blockThreads || !kernel.sharedMemory))
-      throw SchemaError(field + " '" + kernel.entry +
-                        "' has no block_threads or shared_memory");
-  }
+  for (size_t i = 0; i < kernels.size(); ++i)
+    checkKernel(manifest, kernels[i], list + "[" + std::to_string(i) + "]");
 }
 
 void checkArguments(const Manifest &manifest) {
@@ -254,6 +256,11 @@ void checkAgreement(const Manifest &manifest) {
   if (manifest.decode.kernels.empty())
     throw SchemaError("decode.kernels is empty");
   checkKernels(manifest, manifest.decode.kernels, "decode.kernels");
+  if (manifest.segments) {
+    if (!isGpu(manifest.target))
+      throw SchemaError("segments are a GPU package's");
+    checkKernel(manifest, manifest.segments->compose, "segments.compose");
+  }
   if (isGpu(manifest.target)) {
     if (!manifest.decode.parts || !manifest.decode.staging)
       throw SchemaError("decode.parts and decode.staging are a GPU "

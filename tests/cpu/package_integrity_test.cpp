@@ -264,6 +264,11 @@ TEST_F(PackageIntegrity, NumbersAreRangeChecked) {
        "integrity.files has no entry for 'layer.so'"},
       {[](auto &m) { m["arguments"][2]["name"] = "q"; },
        "arguments[2].name 'q' appears twice"},
+      {[](auto &m) {
+         m["segments"] = {{"compose", m["kernels"][0]},
+                          {"transition_blocks", 0}};
+       },
+       "segments are a GPU package's"},
   };
   for (const Case &c : cases) {
     fs::path package = copy();

@@ -344,6 +344,29 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
        "'layer.cubin'"},
       {[](auto &m) { m["kernels"] = nlohmann::json::array(); },
        "kernels is empty"},
+      {[](auto &m) { m["decode"]["kernels"] = nlohmann::json::array(); },
+       "decode.kernels is empty"},
+      {[](auto &m) {
+         m["segments"] = {{"compose",
+                           {{"entry", "linac_segment_compose"},
+                            {"file", "layer.cubin"},
+                            {"dtype", "float32"},
+                            {"family", "delta_chunkwise"}}},
+                          {"transition_blocks", 1}};
+       },
+       "segments.compose 'linac_segment_compose' has no block_threads or "
+       "shared_memory"},
+      {[](auto &m) {
+         m["segments"] = {{"compose",
+                           {{"entry", "linac_segment_compose"},
+                            {"file", "layer.cubin"},
+                            {"dtype", "float32"},
+                            {"family", "delta_chunkwise"},
+                            {"block_threads", 128},
+                            {"shared_memory", 0}}},
+                          {"transition_blocks", 17}};
+       },
+       "segments.transition_blocks is 17; expected an integer from 0 to 16"},
       {[](auto &m) { m["target"] = "sm_70"; },
        "target is \"sm_70\"; expected cpu, sm_90a or sm_80"},
       {[](auto &m) { m.erase("decode"); }, "decode is missing"},

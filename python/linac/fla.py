@@ -10,8 +10,9 @@ positive gate is taken as 0 (FLA's callers pass log-sigmoids and negated
 softpluses, which are never positive).
 
 Covered: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule (with a
-scalar gate g), chunk_delta_rule, chunk_simple_gla, chunk_retention and
-chunk_gla.
+scalar gate g, in the kernel or not), chunk_kda and fused_recurrent_kda
+(a gate per key channel, in the kernel or not), chunk_delta_rule,
+chunk_simple_gla, chunk_retention and chunk_gla.
 """
 
 import functools
@@ -29,16 +30,11 @@ _HEADER = '''!key = tensor<{K}xf32, #linac.key>
 
 def _refuse(**unsupported):
     for name, value in unsupported.items():
-        if value not in (None, False):
+        # By identity: `in` would compare a tensor elementwise.
+        if value is not None and value is not False:
+            shown = 'a tensor' if torch.is_tensor(value) else repr(value)
             raise NotImplementedError(
-                f'linac.fla: {name}={value!r} is not supported')
-
-
-def _target(device):
-    if device.type == 'cpu':
-        return 'cpu'
-    major, _ = torch.cuda.get_device_capability(device)
-    return 'sm_90a' if major >= 9 else 'sm_80'
+                f'linac.fla: {name}={shown} is not supported')
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,13 +42,22 @@ def _layer(spec, target):
     return _compile(spec, target)
 
 
-def _delta_spec(K, V, gated, l2norm, beta_sigmoid, neg_eigval):
-    """The (gated) delta rule: S <- exp(g) S, then erase and write along k
-    with strength beta; o = scale S^T q."""
+def _delta_spec(K, V, gate, l2norm, beta_sigmoid, neg_eigval,
+                gate_in_kernel=False, dt_bias=False):
+    """The delta rule under a log-decay `gate` (None, 'scalar' per token or
+    'vector' per key channel): S <- exp(g) S, then erase and write along k
+    with strength beta; o = scale S^T q. With gate_in_kernel, g is the raw
+    gate and the log-decay -exp(A_log) softplus(g + dt_bias), A_log [H] and
+    dt_bias (when given) of g's shape a head."""
+    kind = {'scalar': 'f32', 'vector': '!key'}.get(gate)
+    params = ''
+    if gate_in_kernel:
+        params = (' params(%A_log : f32' +
+                  (f', %dt_bias : {kind}' if dt_bias else '') + ')')
     lines = [_HEADER.format(K=K, V=V),
              'linac.layer @fla_delta_rule(%S : !state)',
              f'    inputs(%q : !key, %k : !key, %v : !value'
-             f'{", %g : f32" if gated else ""}, %beta : f32) {{']
+             f'{f", %g : {kind}" if gate else ""}, %beta : f32){params} {{']
     q, k, beta, state = '%q', '%k', '%beta', '%S'
     if l2norm:
         lines += ['  %qn = linac.l2norm %q : !key', '  %kn = linac.l2norm %k : !key']
@@ -64,10 +69,26 @@ def _delta_spec(K, V, gated, l2norm, beta_sigmoid, neg_eigval):
         lines += ['  %two = arith.constant 2.0 : f32',
                   f'  %beta_2 = arith.mulf {beta}, %two : f32']
         beta = '%beta_2'
-    if gated:
-        lines += ['  %zero = arith.constant 0.0 : f32',
-                  '  %log_a = arith.minimumf %g, %zero : f32',
-                  '  %S1 = linac.decay %S key(%log_a : f32) : !state']
+    if gate and gate_in_kernel:
+        raw = '%g'
+        if dt_bias:
+            lines.append(f'  %x = arith.addf %g, %dt_bias : {kind}')
+            raw = '%x'
+        lines += ['  %A = math.exp %A_log : f32',
+                  f'  %sp = linac.softplus {raw} : {kind}']
+        a = '%A'
+        if gate == 'vector':
+            lines.append('  %Ak = linac.broadcast %A : !key')
+            a = '%Ak'
+        lines += [f'  %Asp = arith.mulf {a}, %sp : {kind}',
+                  f'  %log_a = arith.negf %Asp : {kind}',
+                  f'  %S1 = linac.decay %S key(%log_a : {kind}) : !state']
+        state = '%S1'
+    elif gate:
+        zero = 'dense<0.0> : !key' if gate == 'vector' else '0.0 : f32'
+        lines += [f'  %zero = arith.constant {zero}',
+                  f'  %log_a = arith.minimumf %g, %zero : {kind}',
+                  f'  %S1 = linac.decay %S key(%log_a : {kind}) : !state']
         state = '%S1'
     lines += [f'  %S2 = linac.erase {state}, {k} strength({beta} : f32) : !state, !key',
               f'  %S3 = linac.write %S2, {k}, %v strength({beta} : f32) : !state, !key, !value',
@@ -113,7 +134,7 @@ def _gla_spec(K, V):
 def _run(spec, tensors, scale, initial_state, output_final_state, cu_seqlens,
          cu_seqlens_cpu, state_v_first):
     q = tensors['q']
-    layer = _layer(spec, _target(q.device))
+    layer = _layer(spec, _ops.target_for(q.device))
     if initial_state is not None and state_v_first:
         initial_state = initial_state.transpose(-1, -2)
     if initial_state is not None:
@@ -137,7 +158,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     [B, T, HV]. Returns (o [B, T, HV, V], final state [N, HV, K, V] or
     None)."""
     _refuse(chunk_indices=chunk_indices, cp_context=cp_context, **kwargs)
-    spec = _delta_spec(q.shape[-1], v.shape[-1], True,
+    spec = _delta_spec(q.shape[-1], v.shape[-1], 'scalar',
                        use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel,
                        allow_neg_eigval)
     return _run(spec, dict(q=q, k=k, v=v, g=g, beta=beta), scale,
@@ -156,20 +177,79 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None,
                                      allow_neg_eigval=False,
                                      state_v_first=False, cu_seqlens=None,
                                      **kwargs):
-    """As chunk_gated_delta_rule, for few tokens; beta defaults to ones."""
-    _refuse(gk=gk, gv=gv, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
-            dt_bias=dt_bias, **kwargs)
+    """As chunk_gated_delta_rule, for few tokens; beta defaults to ones.
+    With use_gate_in_kernel, g is the raw gate of -exp(A_log) softplus(g +
+    dt_bias), A_log and dt_bias [HV]."""
+    _refuse(gk=gk, gv=gv, **kwargs)
     if beta is None:
         beta = torch.ones(v.shape[:3], dtype=v.dtype, device=v.device)
-    gated = g is not None
-    spec = _delta_spec(q.shape[-1], v.shape[-1], gated,
-                       use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel,
-                       allow_neg_eigval)
+    return _gated_delta(q, k, v, g, beta, 'scalar' if g is not None else None,
+                        scale, initial_state, output_final_state,
+                        use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log,
+                        dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                        state_v_first, cu_seqlens, None)
+
+
+def _gated_delta(q, k, v, g, beta, gate, scale, initial_state,
+                 output_final_state, l2norm, gate_in_kernel, A_log, dt_bias,
+                 beta_sigmoid, neg_eigval, state_v_first, cu_seqlens,
+                 cu_seqlens_cpu):
+    """The delta rule under `gate`, the gate in the kernel or not."""
+    if gate_in_kernel and A_log is None:
+        raise NotImplementedError(
+            'linac.fla: use_gate_in_kernel without A_log is not supported')
+    if not gate_in_kernel:
+        _refuse(A_log=A_log, dt_bias=dt_bias)
+    spec = _delta_spec(q.shape[-1], v.shape[-1], gate, l2norm, beta_sigmoid,
+                       neg_eigval, gate_in_kernel, dt_bias is not None)
     tensors = dict(q=q, k=k, v=v, beta=beta)
-    if gated:
+    if gate:
         tensors['g'] = g
+    if gate_in_kernel:
+        heads = A_log.shape[0]
+        tensors['A_log'] = A_log.float().reshape(heads)
+        if dt_bias is not None:
+            tensors['dt_bias'] = dt_bias.float().reshape(
+                (heads, q.shape[-1]) if gate == 'vector' else (heads,))
     return _run(spec, tensors, scale, initial_state, output_final_state,
-                cu_seqlens, None, state_v_first)
+                cu_seqlens, cu_seqlens_cpu, state_v_first)
+
+
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None,
+              output_final_state=False, use_qk_l2norm_in_kernel=False,
+              use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+              allow_neg_eigval=False, safe_gate=False, lower_bound=None,
+              disable_recompute=False, return_intermediate_states=False,
+              state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+              cp_context=None, A_log=None, dt_bias=None, **kwargs):
+    """KDA: the delta rule under a log-decay per key channel, g [B, T, HV,
+    K], beta [B, T, HV]; with use_gate_in_kernel, g is the raw gate of
+    -exp(A_log) softplus(g + dt_bias), A_log [HV] and dt_bias [HV * K]."""
+    _refuse(safe_gate=safe_gate, lower_bound=lower_bound,
+            return_intermediate_states=return_intermediate_states,
+            cp_context=cp_context, **kwargs)
+    return _gated_delta(q, k, v, g, beta, 'vector', scale, initial_state,
+                        output_final_state, use_qk_l2norm_in_kernel,
+                        use_gate_in_kernel, A_log, dt_bias,
+                        use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                        state_v_first, cu_seqlens, cu_seqlens_cpu)
+
+
+def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None,
+                        scale=None, initial_state=None,
+                        output_final_state=False,
+                        use_qk_l2norm_in_kernel=False,
+                        use_gate_in_kernel=False,
+                        use_beta_sigmoid_in_kernel=False,
+                        allow_neg_eigval=False, lower_bound=None,
+                        state_v_first=False, cu_seqlens=None, **kwargs):
+    """As chunk_kda, for few tokens."""
+    _refuse(lower_bound=lower_bound, **kwargs)
+    return _gated_delta(q, k, v, g, beta, 'vector', scale, initial_state,
+                        output_final_state, use_qk_l2norm_in_kernel,
+                        use_gate_in_kernel, A_log, dt_bias,
+                        use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                        state_v_first, cu_seqlens, None)
 
 
 def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None,
@@ -177,7 +257,7 @@ def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None,
                      cu_seqlens=None, cu_seqlens_cpu=None, **kwargs):
     """DeltaNet: the delta rule with strength beta [B, T, H]."""
     _refuse(**kwargs)
-    spec = _delta_spec(q.shape[-1], v.shape[-1], False,
+    spec = _delta_spec(q.shape[-1], v.shape[-1], None,
                        use_qk_l2norm_in_kernel, False, False)
     return _run(spec, dict(q=q, k=k, v=v, beta=beta), scale, initial_state,
                 output_final_state, cu_seqlens, cu_seqlens_cpu, False)

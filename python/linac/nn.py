@@ -26,23 +26,9 @@ from torch import nn
 from . import InvalidArgument, load
 from . import compile as compile_spec
 from . import torch as linac_torch
+from .torch import target_for
 
-__all__ = ['Layer', 'target_for']
-
-
-def target_for(device):
-    """The package target that runs on `device`."""
-    device = torch.device(device)
-    if device.type == 'cpu':
-        return 'cpu'
-    if device.type == 'cuda':
-        major, _ = torch.cuda.get_device_capability(device)
-        if major >= 9:
-            return 'sm_90a'
-        if major == 8:
-            return 'sm_80'
-    raise InvalidArgument(f'no linac target runs on {device}; linac runs on '
-                          'the CPU and on CUDA devices of sm_80 or newer')
+__all__ = ['Layer']
 
 
 def _spec_text(spec):

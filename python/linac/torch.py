@@ -31,6 +31,21 @@ def _layer(path) -> Layer:
     return _layers[path]
 
 
+def target_for(device):
+    """The package target that runs on `device`."""
+    device = torch.device(device)
+    if device.type == 'cpu':
+        return 'cpu'
+    if device.type == 'cuda':
+        major, _ = torch.cuda.get_device_capability(device)
+        if major >= 9:
+            return 'sm_90a'
+        if major == 8:
+            return 'sm_80'
+    raise InvalidArgument(f'no linac target runs on {device}; linac runs on '
+                          'the CPU and on CUDA devices of sm_80 or newer')
+
+
 def _names(layer):
     return layer.inputs + layer.params
 

@@ -15,8 +15,9 @@ def unit(x):
 
 
 def gated_delta(q, k, v, g, beta, scale, h0=None, l2norm=False, cu=None):
-    """S <- exp(g) S; S <- S + k (beta (v - S^T k))^T; o = scale S^T q,
-    with q and k heads shared by groups of v's heads."""
+    """S <- exp(g) S (g a scalar or a key vector a token); S <- S + k (beta
+    (v - S^T k))^T; o = scale S^T q, with q and k heads shared by groups of
+    v's heads."""
     q, k, v, g, beta = (np.asarray(x, np.float64) for x in (q, k, v, g, beta))
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -32,7 +33,9 @@ def gated_delta(q, k, v, g, beta, scale, h0=None, l2norm=False, cu=None):
                 qt, kt = flat[0][t, h], flat[1][t, h]
                 if l2norm:
                     qt, kt = unit(qt), unit(kt)
-                S = S * np.exp(flat[3][t, hv])
+                decay = np.exp(flat[3][t, hv])
+                # A scalar gate, or one per key channel (a row of S each).
+                S = S * (decay[:, None] if decay.ndim else decay)
                 u = flat[4][t, hv] * (flat[2][t, hv] - S.T @ kt)
                 S = S + np.outer(kt, u)
                 o[t, hv] = scale * (S.T @ qt)
@@ -185,3 +188,60 @@ def test_unsupported_flags_are_named():
                                                    use_gate_in_kernel=True)
     with pytest.raises(NotImplementedError, match='head_first'):
         linac.fla.chunk_simple_gla(q, q, q, g=g, head_first=True)
+
+
+def softplus(x):
+    return torch.nn.functional.softplus(x.double())
+
+
+def test_chunk_kda_with_its_flags():
+    B, T, H, HV, K, V = 2, 40, 2, 4, 16, 8
+    q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K)
+    v, b = torch.randn(B, T, HV, V), torch.randn(B, T, HV)
+    g = logsigmoid((B, T, HV, K))
+    h0 = torch.randn(B, HV, K, V)
+    o, final = linac.fla.chunk_kda(
+        q, k, v, g, b, scale=0.3, initial_state=h0, output_final_state=True,
+        use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+        allow_neg_eigval=True)
+    want_o, want_final = gated_delta(q, k, v, g, 2 * torch.sigmoid(b), 0.3,
+                                     h0.numpy(), True)
+    assert close(o, want_o) and close(final, want_final)
+
+
+def test_kda_gate_in_the_kernel():
+    B, T, H, K, V = 1, 30, 2, 16, 16
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    raw, beta = torch.randn(B, T, H, K), torch.rand(B, T, H)
+    A_log, dt_bias = torch.randn(H), torch.randn(H * K)
+    log_a = -torch.exp(A_log.double())[:, None] * softplus(
+        raw + dt_bias.view(H, K))
+    want_o, want_final = gated_delta(q, k, v, log_a, beta, K ** -0.5)
+    for run in (linac.fla.chunk_kda, linac.fla.fused_recurrent_kda):
+        o, final = run(q, k, v, raw, beta, A_log=A_log, dt_bias=dt_bias,
+                       use_gate_in_kernel=True, output_final_state=True)
+        assert close(o, want_o) and close(final, want_final)
+
+
+def test_fused_recurrent_gated_delta_rule_gate_in_the_kernel():
+    B, T, H, K, V = 2, 6, 2, 16, 16
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    raw, beta = torch.randn(B, T, H), torch.rand(B, T, H)
+    A_log, dt_bias = torch.randn(H), torch.randn(H)
+    log_a = -torch.exp(A_log.double()) * softplus(raw + dt_bias)
+    o, final = linac.fla.fused_recurrent_gated_delta_rule(
+        q, k, v, raw, beta=beta, A_log=A_log, dt_bias=dt_bias,
+        use_gate_in_kernel=True, output_final_state=True)
+    want_o, want_final = gated_delta(q, k, v, log_a, beta, K ** -0.5)
+    assert close(o, want_o) and close(final, want_final)
+
+
+def test_kda_refuses_what_it_does_not_support():
+    q = k = v = torch.randn(1, 4, 1, 16)
+    g, beta = logsigmoid((1, 4, 1, 16)), torch.rand(1, 4, 1)
+    with pytest.raises(NotImplementedError, match='safe_gate'):
+        linac.fla.chunk_kda(q, k, v, g, beta, safe_gate=True, lower_bound=-5.0)
+    with pytest.raises(NotImplementedError, match='without A_log'):
+        linac.fla.chunk_kda(q, k, v, g, beta, use_gate_in_kernel=True)
+    with pytest.raises(NotImplementedError, match='A_log'):
+        linac.fla.chunk_kda(q, k, v, g, beta, A_log=torch.zeros(1))

@@ -105,7 +105,7 @@ def test_errors_name_the_argument(cache):
     with pytest.raises(linac.InvalidArgument, match=r'expected \[B, T, 16\]'):
         layer(torch.randn(2, 5, 15))
     with pytest.raises(linac.InvalidArgument, match='no linac target'):
-        linac.nn.target_for('meta')
+        linac.torch.target_for('meta')
     # A package compiled elsewhere (opening an sm_90a one needs no GPU).
     compiled = linac.compile(UNNAMED, target='sm_90a', cache=cache).path
     opened = linac.nn.Layer(None, 16, 2, packages={'sm_90a': compiled})

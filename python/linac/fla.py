@@ -12,7 +12,8 @@ softpluses, which are never positive).
 Covered: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule (with a
 scalar gate g, in the kernel or not), chunk_kda and fused_recurrent_kda
 (a gate per key channel, in the kernel or not), chunk_delta_rule,
-chunk_simple_gla, chunk_retention and chunk_gla.
+chunk_simple_gla, chunk_linear_attn (normalize=False), chunk_retention and
+chunk_gla.
 """
 
 import functools
@@ -279,6 +280,19 @@ def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None,
         tensors['g_gamma'] = g_gamma
     return _run(spec, tensors, scale, initial_state, output_final_state,
                 cu_seqlens, cu_seqlens_cpu, state_v_first)
+
+
+def chunk_linear_attn(q, k, v, scale=None, initial_state=None,
+                      output_final_state=False, normalize=True,
+                      cu_seqlens=None):
+    """Linear attention: S <- S + k v^T; o = scale S^T q. FLA's default
+    normalize=True divides by q^T (the sum of the keys), which no linac
+    normaliser computes: it raises NotImplementedError; pass
+    normalize=False."""
+    _refuse(normalize=normalize)
+    return chunk_simple_gla(q, k, v, scale=scale, initial_state=initial_state,
+                            output_final_state=output_final_state,
+                            cu_seqlens=cu_seqlens)
 
 
 def chunk_retention(q, k, v, scale=None, initial_state=None,

@@ -245,3 +245,20 @@ def test_kda_refuses_what_it_does_not_support():
         linac.fla.chunk_kda(q, k, v, g, beta, use_gate_in_kernel=True)
     with pytest.raises(NotImplementedError, match='A_log'):
         linac.fla.chunk_kda(q, k, v, g, beta, A_log=torch.zeros(1))
+
+
+def test_chunk_linear_attn_without_normalize():
+    B, T, H, K, V = 2, 33, 2, 16, 8
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    h0 = torch.randn(B, H, K, V)
+    o, final = linac.fla.chunk_linear_attn(q, k, v, scale=0.5, initial_state=h0,
+                                           output_final_state=True,
+                                           normalize=False)
+    S = h0.double().clone()
+    want_o = torch.zeros(B, T, H, V, dtype=torch.float64)
+    for t in range(T):
+        S = S + torch.einsum('bhk,bhv->bhkv', k[:, t].double(), v[:, t].double())
+        want_o[:, t] = 0.5 * torch.einsum('bhkv,bhk->bhv', S, q[:, t].double())
+    assert close(o, want_o.numpy()) and close(final, S.numpy())
+    with pytest.raises(NotImplementedError, match='normalize=True'):
+        linac.fla.chunk_linear_attn(q, k, v)

@@ -318,6 +318,18 @@ TEST_F(CudaPackage, NoDriverIsAnError) {
   linac_package_close(handle);
 }
 
+/// A manifest's segments: the compose kernel and `transitionBlocks`.
+nlohmann::json segments(int transitionBlocks) {
+  return {{"compose",
+           {{"entry", "linac_segment_compose"},
+            {"file", "layer.cubin"},
+            {"dtype", "float32"},
+            {"family", "delta_chunkwise"},
+            {"block_threads", 128},
+            {"shared_memory", 0}}},
+          {"transition_blocks", transitionBlocks}};
+}
+
 TEST_F(CudaPackage, BadManifestsAreRefused) {
   struct Case {
     std::function<void(nlohmann::json &)> edit;
@@ -347,25 +359,12 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
       {[](auto &m) { m["decode"]["kernels"] = nlohmann::json::array(); },
        "decode.kernels is empty"},
       {[](auto &m) {
-         m["segments"] = {{"compose",
-                           {{"entry", "linac_segment_compose"},
-                            {"file", "layer.cubin"},
-                            {"dtype", "float32"},
-                            {"family", "delta_chunkwise"}}},
-                          {"transition_blocks", 1}};
+         m["segments"] = segments(1);
+         m["segments"]["compose"].erase("block_threads");
        },
        "segments.compose 'linac_segment_compose' has no block_threads or "
        "shared_memory"},
-      {[](auto &m) {
-         m["segments"] = {{"compose",
-                           {{"entry", "linac_segment_compose"},
-                            {"file", "layer.cubin"},
-                            {"dtype", "float32"},
-                            {"family", "delta_chunkwise"},
-                            {"block_threads", 128},
-                            {"shared_memory", 0}}},
-                          {"transition_blocks", 17}};
-       },
+      {[](auto &m) { m["segments"] = segments(17); },
        "segments.transition_blocks is 17; expected an integer from 0 to 16"},
       {[](auto &m) { m["target"] = "sm_70"; },
        "target is \"sm_70\"; expected cpu, sm_90a or sm_80"},

@@ -11,7 +11,8 @@ softpluses, which are never positive).
 
 Covered: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule (with a
 scalar gate g, in the kernel or not), chunk_kda and fused_recurrent_kda
-(a gate per key channel, in the kernel or not), chunk_delta_rule,
+(a gate per key channel, in the kernel or not), chunk_gdn2 (channel-wise
+erase and write strengths), chunk_delta_rule,
 chunk_simple_gla, chunk_linear_attn (normalize=False), chunk_retention and
 chunk_gla.
 """
@@ -44,21 +45,25 @@ def _layer(spec, target):
 
 
 def _delta_spec(K, V, gate, l2norm, beta_sigmoid, neg_eigval,
-                gate_in_kernel=False, dt_bias=False):
+                gate_in_kernel=False, dt_bias=False, channel_strengths=False):
     """The delta rule under a log-decay `gate` (None, 'scalar' per token or
     'vector' per key channel): S <- exp(g) S, then erase and write along k
     with strength beta; o = scale S^T q. With gate_in_kernel, g is the raw
     gate and the log-decay -exp(A_log) softplus(g + dt_bias), A_log [H] and
-    dt_bias (when given) of g's shape a head."""
+    dt_bias (when given) of g's shape a head. With channel_strengths, the
+    erase takes a key vector b and the write a value vector w instead of
+    beta."""
     kind = {'scalar': 'f32', 'vector': '!key'}.get(gate)
     params = ''
     if gate_in_kernel:
         params = (' params(%A_log : f32' +
                   (f', %dt_bias : {kind}' if dt_bias else '') + ')')
+    strengths = ('%b : !key, %w : !value' if channel_strengths
+                 else '%beta : f32')
     lines = [_HEADER.format(K=K, V=V),
              'linac.layer @fla_delta_rule(%S : !state)',
              f'    inputs(%q : !key, %k : !key, %v : !value'
-             f'{f", %g : {kind}" if gate else ""}, %beta : f32){params} {{']
+             f'{f", %g : {kind}" if gate else ""}, {strengths}){params} {{']
     q, k, beta, state = '%q', '%k', '%beta', '%S'
     if l2norm:
         lines += ['  %qn = linac.l2norm %q : !key', '  %kn = linac.l2norm %k : !key']
@@ -91,8 +96,10 @@ def _delta_spec(K, V, gate, l2norm, beta_sigmoid, neg_eigval,
                   f'  %log_a = arith.minimumf %g, %zero : {kind}',
                   f'  %S1 = linac.decay %S key(%log_a : {kind}) : !state']
         state = '%S1'
-    lines += [f'  %S2 = linac.erase {state}, {k} strength({beta} : f32) : !state, !key',
-              f'  %S3 = linac.write %S2, {k}, %v strength({beta} : f32) : !state, !key, !value',
+    erase, write = ((('%b', '!key'), ('%w', '!value')) if channel_strengths
+                    else ((beta, 'f32'), (beta, 'f32')))
+    lines += [f'  %S2 = linac.erase {state}, {k} strength({erase[0]} : {erase[1]}) : !state, !key',
+              f'  %S3 = linac.write %S2, {k}, %v strength({write[0]} : {write[1]}) : !state, !key, !value',
               f'  %o = linac.read %S3, {q} : !state, !key -> !value',
               '  linac.yield %S3, %o : !state, !value', '}']
     return '\n'.join(lines) + '\n'
@@ -194,16 +201,22 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None,
 def _gated_delta(q, k, v, g, beta, gate, scale, initial_state,
                  output_final_state, l2norm, gate_in_kernel, A_log, dt_bias,
                  beta_sigmoid, neg_eigval, state_v_first, cu_seqlens,
-                 cu_seqlens_cpu):
-    """The delta rule under `gate`, the gate in the kernel or not."""
+                 cu_seqlens_cpu, strengths=None):
+    """The delta rule under `gate`, the gate in the kernel or not; with
+    `strengths` (b, w) channel-wise erase and write strengths for beta."""
     if gate_in_kernel and A_log is None:
         raise NotImplementedError(
             'linac.fla: use_gate_in_kernel without A_log is not supported')
     if not gate_in_kernel:
         _refuse(A_log=A_log, dt_bias=dt_bias)
     spec = _delta_spec(q.shape[-1], v.shape[-1], gate, l2norm, beta_sigmoid,
-                       neg_eigval, gate_in_kernel, dt_bias is not None)
-    tensors = dict(q=q, k=k, v=v, beta=beta)
+                       neg_eigval, gate_in_kernel, dt_bias is not None,
+                       strengths is not None)
+    tensors = dict(q=q, k=k, v=v)
+    if strengths is None:
+        tensors['beta'] = beta
+    else:
+        tensors['b'], tensors['w'] = strengths
     if gate:
         tensors['g'] = g
     if gate_in_kernel:
@@ -234,6 +247,25 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None,
                         use_gate_in_kernel, A_log, dt_bias,
                         use_beta_sigmoid_in_kernel, allow_neg_eigval,
                         state_v_first, cu_seqlens, cu_seqlens_cpu)
+
+
+def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None,
+               output_final_state=False, use_qk_l2norm_in_kernel=False,
+               use_gate_in_kernel=False, cu_seqlens=None, cu_seqlens_cpu=None,
+               safe_gate=False, lower_bound=None, disable_recompute=False,
+               return_intermediate_states=False, state_v_first=False,
+               A_log=None, dt_bias=None, **kwargs):
+    """GDN-2: S <- (I - k (b * k)^T) diag(exp(g)) S + k (w * v)^T, with a
+    log-decay g and an erase strength b [B, T, H, K] and a write strength w
+    [B, T, H, V] per channel; with use_gate_in_kernel, g is the raw gate
+    of -exp(A_log) softplus(g + dt_bias), A_log [H] and dt_bias [H * K]."""
+    _refuse(safe_gate=safe_gate, lower_bound=lower_bound,
+            return_intermediate_states=return_intermediate_states, **kwargs)
+    return _gated_delta(q, k, v, g, None, 'vector', scale, initial_state,
+                        output_final_state, use_qk_l2norm_in_kernel,
+                        use_gate_in_kernel, A_log, dt_bias, False, False,
+                        state_v_first, cu_seqlens, cu_seqlens_cpu,
+                        strengths=(b, w))
 
 
 def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None,

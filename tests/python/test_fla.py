@@ -262,3 +262,36 @@ def test_chunk_linear_attn_without_normalize():
     assert close(o, want_o.numpy()) and close(final, S.numpy())
     with pytest.raises(NotImplementedError, match='normalize=True'):
         linac.fla.chunk_linear_attn(q, k, v)
+
+
+def test_chunk_gdn2_with_channel_strengths():
+    B, T, H, K, V = 2, 35, 2, 16, 8
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    raw = torch.randn(B, T, H, K)
+    b, w = 2 * torch.rand(B, T, H, K), torch.rand(B, T, H, V)
+    A_log, dt_bias = torch.randn(H), torch.randn(H * K)
+    h0 = torch.randn(B, H, K, V)
+    o, final = linac.fla.chunk_gdn2(q, k, v, raw, b, w, scale=0.4,
+                                    initial_state=h0, output_final_state=True,
+                                    use_qk_l2norm_in_kernel=True,
+                                    use_gate_in_kernel=True, A_log=A_log,
+                                    dt_bias=dt_bias)
+    log_a = (-torch.exp(A_log.double())[:, None] *
+             softplus(raw + dt_bias.view(H, K))).numpy()
+    qd, kd, vd = (x.double().numpy() for x in (q, k, v))
+    bd, wd = b.double().numpy(), w.double().numpy()
+    want_o = np.zeros((B, T, H, V))
+    want_final = np.zeros((B, H, K, V))
+    for n in range(B):
+        for h in range(H):
+            S = h0[n, h].double().numpy()
+            for t in range(T):
+                qt, kt = unit(qd[n, t, h]), unit(kd[n, t, h])
+                S = np.exp(log_a[n, t, h])[:, None] * S
+                S = S - np.outer(kt, (bd[n, t, h] * kt) @ S)
+                S = S + np.outer(kt, wd[n, t, h] * vd[n, t, h])
+                want_o[n, t, h] = 0.4 * (S.T @ qt)
+            want_final[n, h] = S
+    assert close(o, want_o) and close(final, want_final)
+    with pytest.raises(NotImplementedError, match='lower_bound'):
+        linac.fla.chunk_gdn2(q, k, v, raw, b, w, lower_bound=-5.0)

@@ -72,6 +72,16 @@ TEST(Segments, LongSequenceOnAnIdleGpuIsCut) {
   }
 }
 
+// Blocks sharing a multiprocessor share its time: the LOCAL pass's working
+// blocks (a first segment and the middle ones) stay within one wave of 132
+// rather than spilling a few into a second.
+TEST(Segments, CutFitsOneWave) {
+  SegmentShape shape = uniform(1, 32768, 16, 0);
+  std::vector<linac_cuda_segment> segments = cutSegments(shape);
+  ASSERT_FALSE(segments.empty());
+  EXPECT_LE(16 * (int64_t(segments.size()) - 1), shape.multiprocessors);
+}
+
 TEST(Segments, NeverAndForced) {
   SegmentShape shape = uniform(1, 32768, 16, 1);
   EXPECT_TRUE(cutSegments(shape, -1).empty());

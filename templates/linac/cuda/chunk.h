@@ -38,7 +38,6 @@
 
 namespace linac::cuda {
 
-
 /// u with the normaliser's weight beside it when the state carries one.
 template <int V> struct NormalizedValue {
   WarpVec<V> u;

@@ -2,23 +2,34 @@
 
     PYTHONPATH=python LINAC_LIBRARY=build-gpu/lib/liblinac.so \
         python3 bench/python_host_time.py .gpu-packages/gated_deltanet.linac
+    ... python3 bench/python_host_time.py --fla
 
 Times N back-to-back calls with launches queued (no synchronisation inside
-the loop) on a small shape, so that the host's work, not the kernel, sets
-the pace: linac.torch.forward (the torch.library operator, its argument
-checks and allocations) against linac_forward_device called through ctypes
-with its arguments prepared once. Prints microseconds per call.
+the loop) on one token of one head, so that the host's work, not the
+kernel, sets the pace, against linac_forward_device called through ctypes
+with its arguments prepared once on the same package: for a package,
+linac.torch.forward (the torch.library operator, its argument checks and
+allocations); with --fla, every function of linac.fla that
+tests/python/test_fla_cuda.py checks, with its calls' flags (their
+packages from that file's --prepare, or compiled here). Prints
+microseconds per call.
 """
 
 import argparse
 import ctypes
+import os
+import sys
 import time
 
 import torch
 
 import linac
+import linac.fla
 import linac.torch
 from linac import _capi
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests',
+                                'python'))
 
 
 def per_call_us(call, n):
@@ -33,12 +44,7 @@ def per_call_us(call, n):
     return elapsed / n * 1e6
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument('package')
-    parser.add_argument('--calls', type=int, default=2000)
-    args = parser.parse_args()
-    layer = linac.load(args.package)
+def one_token_arguments(layer):
     sizes = {'key': (layer.key_dim,), 'value': (layer.value_dim,),
              'scalar': (), 'matrix': (layer.key_dim, layer.value_dim)}
     tensors = {}
@@ -48,10 +54,11 @@ def main():
                                             device='cuda', dtype=torch.bfloat16)
         elif arg.role == 'param':
             tensors[arg.name] = torch.rand((1,) + sizes[arg.kind], device='cuda')
+    return tensors
 
-    def through_torch():
-        linac.torch.forward(layer, **tensors)
 
+def c_api_call(layer, tensors):
+    """linac_forward_device on `tensors`, its arguments packed once."""
     names = list(layer.inputs + layer.params)
     values = [tensors[n] for n in names]
     shapes, structs = linac.torch._device_tensors(names, values)
@@ -63,16 +70,44 @@ def main():
         final.data_ptr(), output.data_ptr(), 0.0,
         torch.cuda.current_stream().cuda_stream)
     handle = layer.handle
+    # The packed arguments point into these.
+    alive = (shapes, structs, values, output, final)
 
-    def through_c_api():
+    def call(alive=alive):
         _capi.check(_capi.lib.linac_forward_device(handle,
                                                    ctypes.byref(c_args)))
+    return call
 
-    c_api = per_call_us(through_c_api, args.calls)
-    python = per_call_us(through_torch, args.calls)
-    print(f'{layer.name}: C API through ctypes {c_api:.1f} us a call, '
-          f'linac.torch.forward {python:.1f} us, '
-          f'{python - c_api:.1f} us more')
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument('package', nargs='?')
+    parser.add_argument('--fla', action='store_true')
+    parser.add_argument('--calls', type=int, default=2000)
+    args = parser.parse_args()
+    if args.package:
+        layer = linac.load(args.package)
+        tensors = one_token_arguments(layer)
+        c_api = per_call_us(c_api_call(layer, tensors), args.calls)
+        python = per_call_us(lambda: linac.torch.forward(layer, **tensors),
+                             args.calls)
+        print(f'{layer.name}: C API through ctypes {c_api:.1f} us a call, '
+              f'linac.torch.forward {python:.1f} us, '
+              f'{python - c_api:.1f} us more')
+    if args.fla:
+        from test_fla_cuda import CASES, call, draw
+        x = draw(torch.bfloat16, 'cuda', B=1, T=1, H=1)
+        for name in sorted(CASES):
+            function = getattr(linac.fla, name)
+            fla_args, fla_kwargs = call(name, x)
+            layer = linac.fla.prepare(function, *fla_args, target='sm_90a',
+                                      **fla_kwargs)
+            c_api = per_call_us(c_api_call(layer, one_token_arguments(layer)),
+                                args.calls)
+            ours = per_call_us(lambda: function(*fla_args, **fla_kwargs),
+                               args.calls)
+            print(f'linac.fla.{name}: {ours:.1f} us a call, C API '
+                  f'{c_api:.1f} us, {ours - c_api:.1f} us more')
 
 
 if __name__ == '__main__':

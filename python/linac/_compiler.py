@@ -4,13 +4,16 @@ A package is compiled by the `linac` compiler, which needs MLIR and so is
 not part of this Python package: it is found through $LINAC_COMPILER, on the
 PATH, or in the build directory of the checkout the package was installed
 from. Packages are cached by a hash of the spec's text, the target, the
-compile options and the compiler binary, in the packages/ folder of the
+compile options and the compiler binary's bytes (not its path, so that a
+cache filled on one machine serves another with the same build of the
+compiler, even where that build cannot run), in the packages/ folder of the
 compiler's own cache ($LINAC_CACHE_DIR, else $XDG_CACHE_HOME/linac or
 ~/.cache/linac). `linac compile`
 stages a package beside its destination and renames it into place, so
 processes that compile the same spec at once each see a whole package.
 """
 
+import functools
 import hashlib
 import os
 import shutil
@@ -58,10 +61,17 @@ def cache_dir():
     return os.path.join(base, 'packages')
 
 
+@functools.lru_cache(maxsize=None)
+def _file_digest(path, size, mtime_ns):
+    with open(path, 'rb') as f:
+        return hashlib.file_digest(f, 'sha256').hexdigest()
+
+
 def _compiler_identity(path):
-    """What distinguishes one build of the compiler from another."""
+    """What distinguishes one build of the compiler from another: its
+    bytes, hashed once a process for each version of the file."""
     info = os.stat(path)
-    return f'{path}:{info.st_size}:{info.st_mtime_ns}'
+    return _file_digest(path, info.st_size, info.st_mtime_ns)
 
 
 def spec_text(spec):

@@ -9,15 +9,21 @@ FLA takes them; a layer's log-decay must be provably at most 0, so a
 positive gate is taken as 0 (FLA's callers pass log-sigmoids and negated
 softpluses, which are never positive).
 
-Covered: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule (with a
-scalar gate g, in the kernel or not), chunk_kda and fused_recurrent_kda
-(a gate per key channel, in the kernel or not), chunk_gdn2 (channel-wise
-erase and write strengths), chunk_delta_rule,
+Covered: chunk_gated_delta_rule and fused_recurrent_gated_delta_rule
+(with a scalar gate g, in the kernel or not), chunk_kda and
+fused_recurrent_kda (a gate per key channel, in the kernel or not),
+chunk_gdn2 and fused_recurrent_gdn2 (channel-wise erase and write
+strengths), chunk_delta_rule and fused_recurrent_delta_rule,
 chunk_simple_gla, chunk_linear_attn (normalize=False), chunk_retention and
 chunk_gla.
+
+With the `fla` package importable, register_fla_backend() makes linac a
+backend of FLA's dispatched ops (chunk_gated_delta_rule, chunk_kda), so
+that FLA's own calls run linac where it takes them.
 """
 
 import functools
+import threading
 
 import torch
 
@@ -44,6 +50,7 @@ def _layer(spec, target):
     return _compile(spec, target)
 
 
+@functools.lru_cache(maxsize=None)
 def _delta_spec(K, V, gate, l2norm, beta_sigmoid, neg_eigval,
                 gate_in_kernel=False, dt_bias=False, channel_strengths=False):
     """The delta rule under a log-decay `gate` (None, 'scalar' per token or
@@ -105,6 +112,7 @@ def _delta_spec(K, V, gate, l2norm, beta_sigmoid, neg_eigval,
     return '\n'.join(lines) + '\n'
 
 
+@functools.lru_cache(maxsize=None)
 def _simple_gla_spec(K, V, gate, fixed_gate):
     """S <- exp(g) exp(g_gamma) S + k v^T; o = scale S^T q."""
     args = ', %g : f32' if gate else ''
@@ -125,6 +133,7 @@ def _simple_gla_spec(K, V, gate, fixed_gate):
     return '\n'.join(lines) + '\n'
 
 
+@functools.lru_cache(maxsize=None)
 def _gla_spec(K, V):
     """S <- diag(exp(g)) S + k v^T, g a key vector; o = scale S^T q."""
     return '\n'.join([
@@ -139,9 +148,29 @@ def _gla_spec(K, V):
         '  linac.yield %S2, %o : !state, !value', '}']) + '\n'
 
 
+# What a call of this thread does once its spec is built: run (None), or
+# stop there, as supports() and prepare() ask.
+_calls = threading.local()
+
+
+class _Stopped(Exception):
+    """Raised by _run when a call stops at its spec; holds the layer
+    prepare() compiled, if any."""
+
+    def __init__(self, layer=None):
+        super().__init__()
+        self.layer = layer
+
+
 def _run(spec, tensors, scale, initial_state, output_final_state, cu_seqlens,
          cu_seqlens_cpu, state_v_first):
     q = tensors['q']
+    stop = getattr(_calls, 'stop', None)
+    if stop == 'check':
+        _ops.target_for(q.device)
+        raise _Stopped()
+    if stop is not None:
+        raise _Stopped(_layer(spec, stop))
     layer = _layer(spec, _ops.target_for(q.device))
     if initial_state is not None and state_v_first:
         initial_state = initial_state.transpose(-1, -2)
@@ -161,17 +190,19 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                            use_beta_sigmoid_in_kernel=False,
                            allow_neg_eigval=False, state_v_first=False,
                            cu_seqlens=None, cu_seqlens_cpu=None,
-                           chunk_indices=None, cp_context=None, **kwargs):
+                           chunk_indices=None, cp_context=None,
+                           use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                           **kwargs):
     """Gated DeltaNet: q, k [B, T, H, K], v [B, T, HV, V], g and beta
     [B, T, HV]. Returns (o [B, T, HV, V], final state [N, HV, K, V] or
-    None)."""
+    None). With use_gate_in_kernel, g is the raw gate of -exp(A_log)
+    softplus(g + dt_bias), A_log and dt_bias [HV]."""
     _refuse(chunk_indices=chunk_indices, cp_context=cp_context, **kwargs)
-    spec = _delta_spec(q.shape[-1], v.shape[-1], 'scalar',
-                       use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel,
-                       allow_neg_eigval)
-    return _run(spec, dict(q=q, k=k, v=v, g=g, beta=beta), scale,
-                initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu,
-                state_v_first)
+    return _gated_delta(q, k, v, g, beta, 'scalar', scale, initial_state,
+                        output_final_state, use_qk_l2norm_in_kernel,
+                        use_gate_in_kernel, A_log, dt_bias,
+                        use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                        state_v_first, cu_seqlens, cu_seqlens_cpu)
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None,
@@ -268,6 +299,20 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None,
                         strengths=(b, w))
 
 
+def fused_recurrent_gdn2(q, k, v, g, b, w, A_log=None, dt_bias=None,
+                         scale=None, initial_state=None,
+                         output_final_state=False,
+                         use_qk_l2norm_in_kernel=False,
+                         use_gate_in_kernel=False, lower_bound=None,
+                         state_v_first=False, cu_seqlens=None, **kwargs):
+    """As chunk_gdn2, for few tokens."""
+    _refuse(lower_bound=lower_bound, **kwargs)
+    return _gated_delta(q, k, v, g, None, 'vector', scale, initial_state,
+                        output_final_state, use_qk_l2norm_in_kernel,
+                        use_gate_in_kernel, A_log, dt_bias, False, False,
+                        state_v_first, cu_seqlens, None, strengths=(b, w))
+
+
 def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None,
                         scale=None, initial_state=None,
                         output_final_state=False,
@@ -294,6 +339,19 @@ def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None,
                        use_qk_l2norm_in_kernel, False, False)
     return _run(spec, dict(q=q, k=k, v=v, beta=beta), scale, initial_state,
                 output_final_state, cu_seqlens, cu_seqlens_cpu, False)
+
+
+def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None,
+                               initial_state=None, output_final_state=False,
+                               use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+    """As chunk_delta_rule, for few tokens; beta defaults to ones."""
+    if beta is None:
+        beta = torch.ones(q.shape[:3], dtype=q.dtype, device=q.device)
+    return chunk_delta_rule(q, k, v, beta, scale=scale,
+                            initial_state=initial_state,
+                            output_final_state=output_final_state,
+                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                            cu_seqlens=cu_seqlens)
 
 
 def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None,
@@ -346,3 +404,74 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None,
     return _run(_gla_spec(q.shape[-1], v.shape[-1]), dict(q=q, k=k, v=v, g=g),
                 scale, initial_state, output_final_state, cu_seqlens,
                 cu_seqlens_cpu, state_v_first)
+
+
+def _needs_backward(tensors):
+    return torch.is_grad_enabled() and any(
+        torch.is_tensor(t) and t.requires_grad for t in tensors)
+
+
+def _stop(stop, function, args, kwargs):
+    _calls.stop = stop
+    try:
+        function(*args, **kwargs)
+    except _Stopped as stopped:
+        return stopped
+    finally:
+        _calls.stop = None
+    raise AssertionError(f'{function.__name__} ran past its spec')
+
+
+def supports(function, *args, **kwargs):
+    """(True, None) when linac runs function(*args, **kwargs), one of this
+    module's functions, else (False, why): FLA's verifier protocol. The
+    call goes as far as its spec: nothing compiles and nothing runs."""
+    if _needs_backward(list(args) + list(kwargs.values())):
+        return False, 'linac has no backward pass yet; an input requires grad'
+    try:
+        _stop('check', function, args, kwargs)
+    except (NotImplementedError, TypeError, ValueError) as error:
+        return False, f'linac: {error}'
+    return True, None
+
+
+def prepare(function, *args, target, **kwargs):
+    """Compiles, for `target`, the package that function(*args, **kwargs)
+    would run, and returns it as a linac.Layer; runs nothing. Any tensors of
+    the call's shapes do, on any device: a cache filled this way on a
+    machine with the compiler serves the same calls on one without."""
+    return _stop(target, function, args, kwargs).layer
+
+
+# FLA's dispatched operations and the public functions of each that linac
+# serves.
+_FLA_OPERATIONS = {'gated_delta_rule': ('chunk_gated_delta_rule',),
+                   'kda': ('chunk_kda',)}
+
+
+def register_fla_backend(priority=1):
+    """Registers linac with FLA's backend dispatch for the operations in
+    _FLA_OPERATIONS, at `priority` (lower runs first; FLA's own backends
+    take 3 and up). A call linac does not take (a flag it refuses, an input
+    that needs a backward) falls through to FLA's next backend. FLA_LINAC=0
+    in the environment turns it off. Returns the backend."""
+    from fla.ops.backends import BackendRegistry, BaseBackend
+
+    methods = {}
+    for names in _FLA_OPERATIONS.values():
+        for name in names:
+            function = globals()[name]
+            methods[name] = staticmethod(function)
+            methods[name + '_verifier'] = staticmethod(
+                functools.partial(supports, function))
+    backend_type = type('LinacBackend', (BaseBackend,), dict(
+        methods, backend_type='linac', package_name='linac',
+        env_var='FLA_LINAC', default_enable=True, priority=priority,
+        __doc__='linac as an FLA backend (linac.fla.register_fla_backend).'))
+    backend = backend_type()
+    for operation in _FLA_OPERATIONS:
+        BackendRegistry.ensure_initialized(operation)
+        registry = (BackendRegistry._registries.get(operation) or
+                    BackendRegistry(operation))
+        registry.register(backend)
+    return backend

@@ -29,9 +29,17 @@ cmake -G Ninja -S . -B build-gpu -DLINAC_RUNTIME_ONLY=ON \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.deps" >/dev/null
 cmake --build build-gpu --target linac-gpu-check linac-run linac_runtime_shared
 if [ $python -eq 1 ]; then
-  PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+  if [ -d .gpu-python ]; then
+    export LINAC_GPU_PACKAGES="$PWD/.gpu-python/packages"
+    export LINAC_CACHE_DIR="$PWD/.gpu-python/cache"
+    export LINAC_COMPILER="$PWD/.gpu-python/linac"
+  fi
+  fla=""
+  if [ -d .fla ]; then fla="$PWD/.fla:"; fi
+  PYTHONPATH="$fla$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
   LINAC_LIBRARY="$PWD/build-gpu/lib/liblinac.so" PYTHONDONTWRITEBYTECODE=1 \
-    exec python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_cuda.py
+    exec python3 -m pytest -q -rs -p no:cacheprovider \
+      tests/python/test_torch_cuda.py tests/python/test_fla_cuda.py
 fi
 check=build-gpu/bin/linac-gpu-check
 if [ "$parallel" -le 1 ]; then

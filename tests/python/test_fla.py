@@ -2,6 +2,8 @@
 token by token in fp64 numpy from FLA's definitions (not from linac's
 specs), on CPU tensors."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -108,6 +110,18 @@ def test_chunk_delta_rule():
                                           use_qk_l2norm_in_kernel=True)
     want_o, want_final = gated_delta(q, k, v, torch.zeros(B, T, H), beta,
                                      K ** -0.5, l2norm=True)
+    assert close(o, want_o) and close(final, want_final)
+
+
+def test_fused_recurrent_delta_rule_takes_unit_strengths_by_default():
+    B, T, H, K, V = 2, 5, 2, 16, 8
+    q, v = torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1)
+    h0 = torch.randn(B, H, K, V)
+    o, final = linac.fla.fused_recurrent_delta_rule(
+        q, k, v, scale=0.5, initial_state=h0, output_final_state=True)
+    want_o, want_final = gated_delta(q, k, v, torch.zeros(B, T, H),
+                                     torch.ones(B, T, H), 0.5, h0.numpy())
     assert close(o, want_o) and close(final, want_final)
 
 
@@ -223,17 +237,18 @@ def test_kda_gate_in_the_kernel():
         assert close(o, want_o) and close(final, want_final)
 
 
-def test_fused_recurrent_gated_delta_rule_gate_in_the_kernel():
+def test_gated_delta_rule_gate_in_the_kernel():
     B, T, H, K, V = 2, 6, 2, 16, 16
     q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
     raw, beta = torch.randn(B, T, H), torch.rand(B, T, H)
     A_log, dt_bias = torch.randn(H), torch.randn(H)
     log_a = -torch.exp(A_log.double()) * softplus(raw + dt_bias)
-    o, final = linac.fla.fused_recurrent_gated_delta_rule(
-        q, k, v, raw, beta=beta, A_log=A_log, dt_bias=dt_bias,
-        use_gate_in_kernel=True, output_final_state=True)
     want_o, want_final = gated_delta(q, k, v, log_a, beta, K ** -0.5)
-    assert close(o, want_o) and close(final, want_final)
+    for run in (linac.fla.chunk_gated_delta_rule,
+                linac.fla.fused_recurrent_gated_delta_rule):
+        o, final = run(q, k, v, raw, beta=beta, A_log=A_log, dt_bias=dt_bias,
+                       use_gate_in_kernel=True, output_final_state=True)
+        assert close(o, want_o) and close(final, want_final)
 
 
 def test_kda_refuses_what_it_does_not_support():
@@ -295,3 +310,49 @@ def test_chunk_gdn2_with_channel_strengths():
     assert close(o, want_o) and close(final, want_final)
     with pytest.raises(NotImplementedError, match='lower_bound'):
         linac.fla.chunk_gdn2(q, k, v, raw, b, w, lower_bound=-5.0)
+
+
+def test_fused_recurrent_gdn2_continues_a_chunk_pass():
+    B, T, H, K, V = 2, 20, 2, 16, 8
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    g = logsigmoid((B, T, H, K))
+    b, w = 2 * torch.rand(B, T, H, K), torch.rand(B, T, H, V)
+    flags = dict(use_qk_l2norm_in_kernel=True, output_final_state=True)
+    o, final = linac.fla.chunk_gdn2(q, k, v, g, b, w, **flags)
+    _, state = linac.fla.chunk_gdn2(q[:, :17], k[:, :17], v[:, :17],
+                                    g[:, :17], b[:, :17], w[:, :17], **flags)
+    o_last, final_last = linac.fla.fused_recurrent_gdn2(
+        q[:, 17:], k[:, 17:], v[:, 17:], g[:, 17:], b[:, 17:], w[:, 17:],
+        initial_state=state, **flags)
+    assert torch.allclose(o_last, o[:, 17:], rtol=1e-4, atol=1e-5)
+    assert torch.allclose(final_last, final, rtol=1e-4, atol=1e-5)
+
+
+def test_supports_answers_as_an_fla_verifier():
+    q = torch.randn(1, 4, 1, 16)
+    g, beta = logsigmoid((1, 4, 1)), torch.rand(1, 4, 1)
+    run = linac.fla.chunk_gated_delta_rule
+    assert linac.fla.supports(run, q, q, q, g, beta, scale=0.5) == (True, None)
+    accepted, why = linac.fla.supports(run, q, q, q, g, beta,
+                                       cp_context=object())
+    assert not accepted and 'cp_context' in why
+    accepted, why = linac.fla.supports(run, q.clone().requires_grad_(), q, q,
+                                       g, beta)
+    assert not accepted and 'backward' in why
+    with torch.no_grad():
+        assert linac.fla.supports(run, q.clone().requires_grad_(), q, q, g,
+                                  beta)[0]
+
+
+def test_prepare_compiles_without_running(tmp_path, monkeypatch):
+    monkeypatch.setenv('LINAC_CACHE_DIR', str(tmp_path))
+    q = torch.randn(1, 4, 1, 16)
+    g, beta = logsigmoid((1, 4, 1, 16)), torch.rand(1, 4, 1)
+    layer = linac.fla.prepare(linac.fla.chunk_kda, q, q, q, g, beta,
+                              target='cpu', use_qk_l2norm_in_kernel=True)
+    assert layer.target == 'cpu' and layer.key_dim == 16
+    assert os.path.dirname(layer.path) == str(tmp_path / 'packages')
+    # The call itself finds the package prepare() put in the cache.
+    o, _ = linac.fla.chunk_kda(q, q, q, g, beta, use_qk_l2norm_in_kernel=True)
+    assert o.shape == (1, 4, 1, 16)
+    assert len(os.listdir(tmp_path / 'packages')) == 1

@@ -16,12 +16,11 @@ if not torch.cuda.is_available():
 import linac
 import linac.torch
 import reference
-from conftest import ROOT
+from conftest import CUDA_EXAMPLES, ROOT
 from test_layer import random_arguments, relative_error, split
 
 PACKAGES = os.environ.get('LINAC_GPU_PACKAGES',
                           os.path.join(ROOT, '.gpu-packages'))
-EXAMPLES = ['gated_deltanet', 'kda', 'gdn2', 'gla', 'mlstm']
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float32: 1e-4}
 
 
@@ -48,7 +47,7 @@ def cuda_arguments(layer, batch, tokens, heads, dtype):
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize('name', EXAMPLES)
+@pytest.mark.parametrize('name', CUDA_EXAMPLES)
 def test_forward(name, dtype):
     layer = opened(name)
     arrays, tensors = cuda_arguments(layer, 2, 100, 2, dtype)

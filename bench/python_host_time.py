@@ -61,7 +61,10 @@ def c_api_call(layer, tensors):
     """linac_forward_device on `tensors`, its arguments packed once."""
     names = list(layer.inputs + layer.params)
     values = [tensors[n] for n in names]
-    shapes, structs = linac.torch._device_tensors(names, values)
+    shapes = [_capi.shape_array(t.shape) for t in values]
+    structs = (_capi.DeviceTensor * len(values))(*[
+        _capi.DeviceTensor(n.encode(), t.data_ptr(), t.dim(), s)
+        for n, t, s in zip(names, values, shapes)])
     output = torch.empty(1, 1, 1, layer.value_dim, device='cuda',
                          dtype=torch.bfloat16)
     final = torch.empty(1, 1, layer.key_dim, layer.state_columns, device='cuda')

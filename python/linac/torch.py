@@ -15,9 +15,12 @@ string, tensors and numbers.
 """
 
 import ctypes
+import functools
+import threading
 from typing import List, Optional, Tuple
 
 import torch
+from torch.utils import _python_dispatch
 
 from . import Layer, InvalidArgument, _capi, load
 
@@ -34,16 +37,25 @@ def _layer(path) -> Layer:
 def target_for(device):
     """The package target that runs on `device`."""
     device = torch.device(device)
-    if device.type == 'cpu':
+    index = device.index
+    if device.type == 'cuda' and index is None:
+        index = torch.cuda.current_device()
+    return _target_for(device.type, index)
+
+
+@functools.lru_cache(maxsize=None)
+def _target_for(kind, index):
+    if kind == 'cpu':
         return 'cpu'
-    if device.type == 'cuda':
-        major, _ = torch.cuda.get_device_capability(device)
+    if kind == 'cuda':
+        major, _ = torch.cuda.get_device_capability(index)
         if major >= 9:
             return 'sm_90a'
         if major == 8:
             return 'sm_80'
-    raise InvalidArgument(f'no linac target runs on {device}; linac runs on '
-                          'the CPU and on CUDA devices of sm_80 or newer')
+    raise InvalidArgument(f'no linac target runs on {torch.device(kind, index)}; '
+                          'linac runs on the CPU and on CUDA devices of sm_80 '
+                          'or newer')
 
 
 def _names(layer):
@@ -64,12 +76,58 @@ def _heads(layer, tensors):
                [t.shape[0] for t in tensors[count:]])
 
 
-def _device_tensors(names, tensors):
-    shapes = [_capi.shape_array(t.shape) for t in tensors]
-    structs = (_capi.DeviceTensor * max(len(tensors), 1))(*[
-        _capi.DeviceTensor(n.encode(), t.data_ptr(), t.dim(), s)
-        for n, t, s in zip(names, tensors, shapes)])
-    return shapes, structs
+# The most dimensions an argument has (a matrix input: [B, T, H, K, V]).
+_MAX_DIMS = 8
+
+
+class _DeviceCall:
+    """One thread's ctypes arguments for a layer's device calls, made once
+    and refilled each call: making ctypes structures costs more host time
+    than the rest of a call."""
+
+    def __init__(self, layer):
+        names = _names(layer)
+        self.names = [n.encode() for n in names]
+        self.shapes = [(ctypes.c_int64 * _MAX_DIMS)() for _ in names]
+        self.tensors = (_capi.DeviceTensor * max(len(names), 1))(*[
+            _capi.DeviceTensor(n, None, 0, s)
+            for n, s in zip(self.names, self.shapes)])
+        self.forward = _capi.DeviceForwardArgs()
+        self.forward.tensors = self.tensors
+        self.forward.num_tensors = len(names)
+        self.decode = _capi.DeviceDecodeArgs()
+        self.decode.tensors = self.tensors
+        self.decode.num_tensors = len(names)
+        self.pool_shape = (ctypes.c_int64 * _MAX_DIMS)()
+        self.decode.pool_shape = self.pool_shape
+
+    def fill(self, tensors):
+        for name, struct, shape, t in zip(self.names, self.tensors,
+                                          self.shapes, tensors):
+            if t.dim() > _MAX_DIMS:
+                raise InvalidArgument(f'{name.decode()} has {t.dim()} '
+                                      f'dimensions; at most {_MAX_DIMS}')
+            struct.data = t.data_ptr()
+            struct.ndim = t.dim()
+            shape[:t.dim()] = t.shape
+
+
+_device_calls = threading.local()
+
+
+def _device_call(layer):
+    calls = getattr(_device_calls, 'by_path', None)
+    if calls is None:
+        calls = _device_calls.by_path = {}
+    call = calls.get(layer.path)
+    if call is None:
+        call = calls[layer.path] = _DeviceCall(layer)
+    return call
+
+
+def _stream(device):
+    """The current stream of `device`, as the driver's handle."""
+    return torch._C._cuda_getCurrentRawStream(device.index)
 
 
 def _dtype_name(dtype):
@@ -105,8 +163,10 @@ def _device_arguments(layer, tensors):
     """Inputs in the first input's dtype and float32 parameters, contiguous."""
     dtype = tensors[0].dtype
     count = len(layer.inputs)
-    return [t.to(dtype if i < count else torch.float32).contiguous()
-            for i, t in enumerate(tensors)]
+    wanted = [dtype if i < count else torch.float32
+              for i in range(len(tensors))]
+    return [t if t.dtype == want and t.is_contiguous()
+            else t.to(want).contiguous() for t, want in zip(tensors, wanted)]
 
 
 def _forward_device(layer, tensors, initial_state, cu_seqlens, scale):
@@ -122,14 +182,18 @@ def _forward_device(layer, tensors, initial_state, cu_seqlens, scale):
     final = torch.empty((sequences, heads, layer.key_dim, layer.state_columns),
                         dtype=torch.float32, device=first.device)
     initial = None if initial_state is None else initial_state.contiguous()
-    shapes, structs = _device_tensors(_names(layer), tensors)
-    args = _capi.DeviceForwardArgs(
-        structs, len(tensors), _capi.DTYPES[_dtype_name(dtype)],
-        None if cu is None else ctypes.cast(cu.data_ptr(), _capi.c_int64_p),
-        0 if cu is None else cu.numel(),
-        None if initial is None else initial.data_ptr(), final.data_ptr(),
-        output.data_ptr(), scale,
-        torch.cuda.current_stream(first.device).cuda_stream)
+    call = _device_call(layer)
+    call.fill(tensors)
+    args = call.forward
+    args.dtype = _capi.DTYPES[_dtype_name(dtype)]
+    args.cu_seqlens = (None if cu is None else
+                       ctypes.cast(cu.data_ptr(), _capi.c_int64_p))
+    args.num_cu_seqlens = 0 if cu is None else cu.numel()
+    args.initial_state = None if initial is None else initial.data_ptr()
+    args.final_state = final.data_ptr()
+    args.output = output.data_ptr()
+    args.scale = scale
+    args.stream = _stream(first.device)
     _capi.check(_capi.lib.linac_forward_device(layer.handle,
                                                ctypes.byref(args)))
     return output, final
@@ -179,19 +243,32 @@ def _decode(package: str, tensors: List[torch.Tensor],
                          state_indices=state_indices.cpu().numpy(),
                          scale=scale, **arrays)
         return torch.from_numpy(o).to(first.dtype)
+    return _decode_device(layer, tensors, state_pool, state_indices, scale)
+
+
+def _decode_device(layer, tensors, state_pool, state_indices, scale):
+    first = tensors[0]
     dtype = first.dtype
+    _dtype_name(dtype)
     tensors = _device_arguments(layer, tensors)
     heads = _heads(layer, tensors)
     output = torch.zeros(tuple(first.shape[:2]) + (heads, layer.value_dim),
                          dtype=dtype, device=first.device)
     indices = state_indices.to(first.device, torch.int64).contiguous()
-    shapes, structs = _device_tensors(_names(layer), tensors)
-    pool_shape = _capi.shape_array(state_pool.shape)
-    args = _capi.DeviceDecodeArgs(
-        structs, len(tensors), _capi.DTYPES[_dtype_name(dtype)],
-        state_pool.data_ptr(), pool_shape, indices.data_ptr(), indices.numel(),
-        output.data_ptr(), scale,
-        torch.cuda.current_stream(first.device).cuda_stream)
+    call = _device_call(layer)
+    call.fill(tensors)
+    if state_pool.dim() != 4:
+        raise InvalidArgument(f'state_pool has shape {list(state_pool.shape)}; '
+                              'it is [P, H, K, state_columns]')
+    call.pool_shape[:4] = state_pool.shape
+    args = call.decode
+    args.dtype = _capi.DTYPES[_dtype_name(dtype)]
+    args.state_pool = state_pool.data_ptr()
+    args.state_indices = indices.data_ptr()
+    args.num_sequences = indices.numel()
+    args.output = output.data_ptr()
+    args.scale = scale
+    args.stream = _stream(first.device)
     _capi.check(_capi.lib.linac_decode_device(layer.handle, ctypes.byref(args)))
     return output
 
@@ -217,20 +294,45 @@ def _arguments(layer, tensors):
     return [tensors[n] for n in _names(layer)]
 
 
+def _direct(tensors):
+    """Whether a call on `tensors` may skip the dispatcher, whose Python
+    custom op costs more host time than the launch: CUDA tensors of no
+    subclass, no gradient asked for, and nothing that must see the
+    operator (torch.compile's tracing, a dispatch or function mode, a
+    functorch transform)."""
+    first = tensors[0]
+    return (first.is_cuda and not torch.compiler.is_compiling()
+            and all(type(t) is torch.Tensor for t in tensors)
+            and not (torch.is_grad_enabled() and
+                     any(t.requires_grad for t in tensors))
+            and _python_dispatch._get_current_dispatch_mode() is None
+            and not torch._C._is_torch_function_mode_enabled()
+            and torch._C._functorch.maybe_current_level() is None)
+
+
 def forward(layer, *, initial_state=None, cu_seqlens=None, scale=None,
             **tensors):
     """The layer's forward pass on torch tensors, by name: the output
     [B, T, H, V] in the inputs' dtype and the final states
     [N, H, K, state_columns] in float32."""
-    return torch.ops.linac.forward(layer.path, _arguments(layer, tensors),
-                                   initial_state, cu_seqlens,
-                                   float(scale or 0.0))
+    arguments = _arguments(layer, tensors)
+    scale = float(scale or 0.0)
+    if _direct(arguments + [t for t in (initial_state, cu_seqlens)
+                            if t is not None]):
+        return _forward_device(layer, arguments, initial_state, cu_seqlens,
+                               scale)
+    return torch.ops.linac.forward(layer.path, arguments, initial_state,
+                                   cu_seqlens, scale)
 
 
 def decode(layer, *, state_pool, state_indices, scale=None, **tensors):
     """A decode step on torch tensors: the states live in `state_pool`
     [P, H, K, state_columns] (float32, updated in place), sequence b in slot
     state_indices[b] (-1 skips it). Returns the output [B, n, H, V]."""
-    return torch.ops.linac.decode(layer.path, _arguments(layer, tensors),
-                                  state_pool, state_indices,
-                                  float(scale or 0.0))
+    arguments = _arguments(layer, tensors)
+    scale = float(scale or 0.0)
+    if _direct(arguments + [state_pool, state_indices]):
+        return _decode_device(layer, arguments, state_pool, state_indices,
+                              scale)
+    return torch.ops.linac.decode(layer.path, arguments, state_pool,
+                                  state_indices, scale)

@@ -114,6 +114,22 @@ def test_compile_and_cuda_graph():
     assert torch.equal(graph_o, want_o) and torch.equal(graph_state, want_state)
 
 
+def test_calls_outside_the_dispatcher_match_the_operator():
+    layer = opened('gated_deltanet')
+    _, tensors = cuda_arguments(layer, 2, 70, 2, torch.bfloat16)
+    direct = linac.torch.forward(layer, **tensors)
+    through = torch.ops.linac.forward(
+        layer.path, [tensors[n] for n in layer.inputs + layer.params], None,
+        None, 0.0)
+    assert all(torch.equal(a, b) for a, b in zip(direct, through))
+    # Asking for a gradient takes the operator, whose backward refuses.
+    first = layer.inputs[0]
+    q = tensors[first].clone().requires_grad_()
+    o, _ = linac.torch.forward(layer, **dict(tensors, **{first: q}))
+    with pytest.raises(NotImplementedError, match='no backward'):
+        o.float().sum().backward()
+
+
 def test_nn_layer_matches_the_reference():
     import linac.nn
     from test_nn import reference_forward

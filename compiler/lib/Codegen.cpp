@@ -685,11 +685,15 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
       "struct Layer {\n" +
       emitter.constants(fmt::format(
           "  static constexpr Gate kKeyGate = Gate::{};\n"
+          "  static constexpr ChunkKernel kChunkKernel = ChunkKernel::{};\n"
           "  static constexpr int kDecodeWarps = {}, kDecodeStages = {}, "
           "kDecodeParts = {};\n"
           "  static constexpr DecodeStaging kDecodeStaging = "
           "DecodeStaging::{};\n{}{}",
-          gate.str(), plan.decodeWarps.value(), plan.decodeStages.value(),
+          gate.str(),
+          plan.chunkKernel == manifest::ChunkKernel::Pipelined ? "Pipelined"
+                                                               : "Lockstep",
+          plan.decodeWarps.value(), plan.decodeStages.value(),
           plan.decodeParts.value(),
           decodeStagingName(plan.decodeStaging.value()).str(),
           inputFlags("sharedInput", plan.sharedInputs),

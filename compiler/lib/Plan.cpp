@@ -199,7 +199,8 @@ DecodeStagingPlan planDecodeStaging(LayerOp layer, manifest::Target target,
 
 /// The plan of a normalised layer for `target`.
 manifest::Plan planLayer(LayerOp layer, manifest::Target target,
-                         int64_t decodeWarps, int64_t decodeParts) {
+                         int64_t decodeWarps, int64_t decodeParts,
+                         StringRef chunkKernel) {
   using manifest::DecodeKeyRows, manifest::DecodePlacement, manifest::Family,
       manifest::GateNumerics, manifest::Plan, manifest::StateLayout,
       manifest::Target;
@@ -309,7 +310,31 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.subchunkSize = 16;
   if (gpu) {
     // One program per (sequence, head): sixteen warps, the state in their
-    // registers.
+    // registers. On request (chunk-kernel=pipelined), an erase under no
+    // gate or a scalar one takes the pipelined kernel where its buffers
+    // fit: one group of warps prepares the next chunk (the intra-chunk
+    // products and the solve) while the other advances the state through
+    // the current one. It is not the default: on an H200 it takes as long
+    // as the lockstep kernel for Gated DeltaNet at B8 T4096 H16 and 1.05x
+    // at B1 T32768 (bench/history/forward-chunkwise.md, version 17).
+    int64_t pipelinedBytes =
+        cuda::PipelineMap(int(state.getKeyDim()), int(valueDim)).bytes;
+    bool pipelined = chunkKernel == "pipelined" &&
+                     target == manifest::Target::Sm90a &&
+                     form.erase != Strength::None &&
+                     form.keyDecay != KeyDecay::Vector && !form.normalizer &&
+                     !form.readBefore && state.getKeyDim() % 16 == 0 &&
+                     valueDim % 16 == 0 &&
+                     valueDim <= 16 * cuda::kPipelineGroupWarps &&
+                     pipelinedBytes <= sharedMemoryLimit(target);
+    plan.chunkKernel =
+        pipelined ? manifest::ChunkKernel::Pipelined
+                  : manifest::ChunkKernel::Lockstep;
+    if (pipelined) {
+      sharedBytes = pipelinedBytes;
+      plan.sharedInputs.emplace();
+      plan.lateSharedInputs.emplace();
+    }
     plan.blockThreads = cuda::kChunkThreads;
     plan.sharedMemory = sharedBytes;
     // The kernel's operands are bf16 whatever the activations, so fp16
@@ -355,10 +380,31 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
           << "decode-parts must be 1, 2 or 4, got " << decodeParts.getValue();
       return signalPassFailure();
     }
+    if (chunkKernel != "lockstep" && chunkKernel != "pipelined") {
+      getOperation().emitError()
+          << "chunk-kernel must be lockstep or pipelined, got '"
+          << chunkKernel << "'";
+      return signalPassFailure();
+    }
     getOperation().walk([&](LayerOp layer) {
       if (failed(getNormalForm(layer)))
         return signalPassFailure();
-      setPlan(layer, planLayer(layer, *parsed, decodeWarps, decodeParts));
+      manifest::Plan plan =
+          planLayer(layer, *parsed, decodeWarps, decodeParts, chunkKernel);
+      // A chunkable layer, whether its plan is chunkwise or a scan.
+      bool chunkable = plan.chunkSize || plan.recurrentReason;
+      if (gpu && chunkKernel == "pipelined" && chunkable &&
+          plan.chunkKernel != manifest::ChunkKernel::Pipelined) {
+        layer.emitError()
+            << "chunk-kernel=pipelined: the pipelined kernel takes an erase "
+               "under no gate or a scalar one, without a normaliser, the "
+               "read after the write, K and V multiples of 16 with V at "
+               "most "
+            << 16 * cuda::kPipelineGroupWarps
+            << ", on sm_90a (it sets each warp group's registers)";
+        return signalPassFailure();
+      }
+      setPlan(layer, plan);
     });
   }
 };

@@ -66,6 +66,7 @@
 
 // SOURCE: #include "linac/cuda/layer.h"
 // SOURCE: static constexpr Gate kKeyGate = Gate::Scalar;
+// SOURCE-NEXT: static constexpr ChunkKernel kChunkKernel = ChunkKernel::Lockstep;
 // SOURCE-NEXT: static constexpr int kDecodeWarps = 16, kDecodeStages = 3, kDecodeParts = 1;
 // SOURCE-NEXT: static constexpr DecodeStaging kDecodeStaging = DecodeStaging::Bulk;
 // The plan's staged inputs as flags: the vectors (32-byte rows) in shared

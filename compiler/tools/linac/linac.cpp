@@ -74,6 +74,11 @@ static cl::opt<int64_t> decodeParts(
     cl::desc("Strips of value columns a GPU decode item holds: 1, 2 or 4 "
              "(the default)"),
     cl::init(4), cl::sub(compileCommand));
+static cl::opt<std::string> chunkKernel(
+    "chunk-kernel",
+    cl::desc("A GPU's chunkwise kernel: lockstep (the default) or "
+             "pipelined (an erase under no gate or a scalar one, on sm_90a)"),
+    cl::init("lockstep"), cl::sub(compileCommand));
 static cl::opt<Emit> emitStage(
     "emit", cl::desc("What to produce (printed, except the package)"),
     cl::values(clEnumValN(Emit::Mlir, "mlir", "the parsed and verified spec"),
@@ -180,7 +185,8 @@ static int compile() {
   };
   stage(nullptr, Emit::Mlir);
   stage(linac::createLinacNormalize(), Emit::Normal);
-  stage(linac::createLinacPlan({targetName, decodeWarps, decodeParts}),
+  stage(linac::createLinacPlan(
+            {targetName, decodeWarps, decodeParts, chunkKernel}),
         Emit::Plan);
   if (status)
     return *status;

@@ -46,6 +46,7 @@ enum class ReadOrder { After, Before };
 /// How chunkwise kernels form gate differences: no gate, a scalar gate's
 /// whole tile, per-pair differences (CPU) or sub-chunks (GPUs).
 enum class GateNumerics { None, ScalarTile, Pairwise, Subchunk };
+enum class ChunkKernel { Lockstep, Pipelined };
 enum class StateLayout { KeyMajor };
 enum class DecodeStaging { Direct, Bulk, Tensor };
 enum class DecodePlacement { BodyOrder, FirstUse };
@@ -85,6 +86,8 @@ LINAC_ENUM_NAMES(GateNumerics, {{GateNumerics::None, "none"},
                                 {GateNumerics::ScalarTile, "scalar_tile"},
                                 {GateNumerics::Pairwise, "pairwise"},
                                 {GateNumerics::Subchunk, "subchunk"}})
+LINAC_ENUM_NAMES(ChunkKernel, {{ChunkKernel::Lockstep, "lockstep"},
+                               {ChunkKernel::Pipelined, "pipelined"}})
 LINAC_ENUM_NAMES(StateLayout, {{StateLayout::KeyMajor, "key_major"}})
 LINAC_ENUM_NAMES(DecodeStaging, {{DecodeStaging::Direct, "direct"},
                                  {DecodeStaging::Bulk, "bulk"},
@@ -173,6 +176,8 @@ struct Plan {
   /// Why a chunkable layer still runs as a recurrent scan.
   std::optional<std::string> recurrentReason;
   std::optional<int64_t> chunkSize;
+  /// A GPU's chunkwise kernel (templates/linac/cuda/geometry.h).
+  std::optional<ChunkKernel> chunkKernel;
   std::optional<GateNumerics> gateNumerics;
   std::optional<int64_t> subchunkSize;
   /// Inputs the chunkwise kernel copies into shared memory a chunk ahead,
@@ -204,6 +209,7 @@ struct Plan {
     visit("family", self.family);
     visit("recurrent_reason", self.recurrentReason);
     visit("chunk_size", self.chunkSize, Bounds{1, 1 << 16});
+    visit("chunk_kernel", self.chunkKernel);
     visit("gate_numerics", self.gateNumerics);
     visit("subchunk_size", self.subchunkSize, Bounds{1, 1 << 16});
     visit("shared_inputs", self.sharedInputs);

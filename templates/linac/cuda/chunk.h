@@ -657,7 +657,10 @@ using ChunkTile = std::conditional_t<Layer::K % 16 == 0 && Layer::V % 16 == 0,
                                      Layer, PaddedLayer<Layer>>;
 
 template <typename Layer> constexpr size_t chunkSharedBytes() {
-  return ChunkLayout<ChunkTile<Layer>>::kBytes;
+  if constexpr (Layer::kChunkKernel == ChunkKernel::Pipelined)
+    return size_t(PipelineMap(Layer::K, Layer::V).bytes);
+  else
+    return ChunkLayout<ChunkTile<Layer>>::kBytes;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1382,13 +1385,6 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
     for (int h = 0; h < 2; ++h)
       if (stateRow + accRow(2 * h) < Layer::K)
         work.logGates[stateRow + accRow(2 * h)] = logGates[h];
-}
-
-template <typename Layer, typename T>
-LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
-  ChunkWork work;
-  if (chunkWork<Layer>(args, work))
-    runChunks<Layer, T>(args, work);
 }
 
 //===----------------------------------------------------------------------===//

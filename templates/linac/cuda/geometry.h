@@ -29,6 +29,11 @@ namespace linac::cuda {
 /// How a key-side gate enters the chunkwise kernel.
 enum class Gate { None, Scalar, Vector };
 
+/// Which chunkwise kernel a layer's forward takes: every warp on each
+/// chunk in turn (chunk.h), or two groups of warps on two chunks at once
+/// (pipeline.h).
+enum class ChunkKernel { Lockstep, Pipelined };
+
 /// Dynamic shared memory a block may have on sm_90a and on sm_80.
 inline constexpr int64_t kSm90aSharedMemory = 227 * 1024;
 inline constexpr int64_t kSm80SharedMemory = 163 * 1024;
@@ -119,6 +124,32 @@ struct ChunkMap {
 
   /// Bytes the late input rows may take.
   LINAC_GEOMETRY int64_t lateRowBytes() const { return gates - lateRows; }
+};
+
+/// Warps of each of a pipelined block's two groups (pipeline.h).
+inline constexpr int kPipelineGroupWarps = kChunkWarps / 2;
+
+/// Where each of a pipelined block's buffers starts in shared memory
+/// (PipelineLayout in pipeline.h), in bytes, and the padded strides of
+/// their rows: two buffers of a chunk's prepared operands, then the
+/// preparing warps' own memory and the state warps' reads.
+struct PipelineMap {
+  int C, K, V, KS, VS, PS, AS, OS, IS;
+  int64_t q, k, w, u, p, lambda, decay, bufferBytes, a, inverses, scratch, o,
+      bytes;
+
+  LINAC_GEOMETRY PipelineMap(int keys, int values)
+      : C(kChunkSize), K(keys), V(values), KS(K + 8), VS(V + 8), PS(C + 8),
+        AS(C + 4), OS(V + 4), IS(20), q(0), k(q + 2 * C * KS),
+        w(k + 2 * C * KS), u(w + 2 * C * KS), p(u + 2 * C * VS),
+        lambda(p + 2 * C * PS), decay(lambda + 4 * C),
+        bufferBytes(decay + 16),
+        // bf16 C x KS: q, k, w; C x VS: u; C x PS: P; C log-gates and one
+        // float; then fp32 T (C x AS), the diagonal blocks' inverses (C x
+        // IS), a 16 x 8 tile a preparing warp and the reads (C x OS).
+        a(2 * bufferBytes), inverses(a + 4 * C * AS),
+        scratch(inverses + 4 * C * IS),
+        o(scratch + 4 * kPipelineGroupWarps * 16 * 8), bytes(o + 4 * C * OS) {}
 };
 
 /// Threads of the recurrent scan's block: thread j holds value column j,

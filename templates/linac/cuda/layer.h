@@ -16,7 +16,7 @@
 #define LINAC_CUDA_LAYER_H
 
 #include "linac/contract.h"
-#include "linac/cuda/chunk.h"
+#include "linac/cuda/pipeline.h"
 #include "linac/cuda/decode.h"
 #include "linac/cuda/scan.h"
 

@@ -1,0 +1,35 @@
+// RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=pipelined' | FileCheck %s
+// RUN: linac-opt %s -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=DEFAULT
+// RUN: linac-opt %s -linac-normalize '-linac-plan=target=cpu chunk-kernel=pipelined' | FileCheck %s --check-prefix=CPU
+// RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_80 chunk-kernel=pipelined' 2>&1 | FileCheck %s --check-prefix=SM80
+// RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=fast' 2>&1 | FileCheck %s --check-prefix=BADVALUE
+
+// The pipelined chunkwise kernel on request: its buffers (two chunks'
+// prepared operands, T, the reads) as the shared memory, no staged input
+// rows. Without the request, and on the CPU, the lockstep kernel.
+// CHECK: linac.layer @gated_delta
+// CHECK-SAME: chunk_kernel = "pipelined"
+// CHECK-SAME: family = "delta_chunkwise"
+// CHECK-SAME: late_shared_inputs = array<i64>
+// CHECK-SAME: shared_inputs = array<i64>, shared_memory = 218656 : i64
+// DEFAULT: chunk_kernel = "lockstep"
+// CPU: linac.layer @gated_delta
+// CPU-NOT: chunk_kernel
+// sm_80 cannot set each warp group's registers.
+// SM80: error: chunk-kernel=pipelined: the pipelined kernel takes an erase under no gate or a scalar one, without a normaliser, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a (it sets each warp group's registers)
+// BADVALUE: error: chunk-kernel must be lockstep or pipelined, got 'fast'
+
+!key = tensor<128xf32, #linac.key>
+!value = tensor<128xf32, #linac.value>
+!state = !linac.state<128x128>
+
+linac.layer @gated_delta(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %g : f32, %b : f32) {
+  %zero = arith.constant 0.0 : f32
+  %log_a = arith.minimumf %g, %zero : f32
+  %S1 = linac.decay %S key(%log_a : f32) : !state
+  %S2 = linac.erase %S1, %k strength(%b : f32) : !state, !key
+  %S3 = linac.write %S2, %k, %v strength(%b : f32) : !state, !key, !value
+  %o = linac.read %S3, %q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
+}

@@ -385,13 +385,21 @@ def chunk_linear_attn(q, k, v, scale=None, initial_state=None,
                             cu_seqlens=cu_seqlens)
 
 
+@functools.lru_cache(maxsize=None)
+def _retention_decays(heads, device):
+    """RetNet's log-decays log(1 - 2^(-5 - h)), made once a head count and
+    device rather than by four kernels a call."""
+    h = torch.arange(heads, dtype=torch.float32, device=device)
+    return torch.log1p(-torch.pow(2.0, -5.0 - h))
+
+
 def chunk_retention(q, k, v, scale=None, initial_state=None,
                     output_final_state=False, cu_seqlens=None, **kwargs):
     """RetNet: head h of q's H decays by 1 - 2^(-5 - h) a token."""
     _refuse(**kwargs)
-    heads = torch.arange(q.shape[2], dtype=torch.float32, device=q.device)
-    g_gamma = torch.log1p(-torch.pow(2.0, -5.0 - heads))
-    return chunk_simple_gla(q, k, v, g_gamma=g_gamma, scale=scale,
+    return chunk_simple_gla(q, k, v, g_gamma=_retention_decays(q.shape[2],
+                                                               q.device),
+                            scale=scale,
                             initial_state=initial_state,
                             output_final_state=output_final_state,
                             cu_seqlens=cu_seqlens)

@@ -66,6 +66,11 @@ def _heads(layer, tensors):
     """H, the most heads an argument has (inputs [B, T, H, ...], parameters
     [H, ...]); the runtime checks the rest of the shapes."""
     count = len(layer.inputs)
+    try:
+        return max([t.shape[2] for t in tensors[:count]] +
+                   [t.shape[0] for t in tensors[count:]])
+    except IndexError:
+        pass
     for i, (name, t) in enumerate(zip(_names(layer), tensors)):
         if t.dim() < (3 if i < count else 1):
             role = 'input' if i < count else 'param'
@@ -101,15 +106,42 @@ class _DeviceCall:
         self.pool_shape = (ctypes.c_int64 * _MAX_DIMS)()
         self.decode.pool_shape = self.pool_shape
 
-    def fill(self, tensors):
-        for name, struct, shape, t in zip(self.names, self.tensors,
-                                          self.shapes, tensors):
-            if t.dim() > _MAX_DIMS:
-                raise InvalidArgument(f'{name.decode()} has {t.dim()} '
-                                      f'dimensions; at most {_MAX_DIMS}')
-            struct.data = t.data_ptr()
-            struct.ndim = t.dim()
-            shape[:t.dim()] = t.shape
+        # The structures as 64-bit words (linac_device_tensor: name, data,
+        # ndim, shape), so that a call sets a pointer by one index; and the
+        # shape each slot holds, rewritten only when it changes.
+        words = ctypes.sizeof(_capi.DeviceTensor) // 8
+        self.words = (ctypes.c_uint64 * (words * len(names))).from_buffer(
+            self.tensors)
+        self.data = [words * i + 1 for i in range(len(names))]
+        self.held = [None] * len(names)
+
+    def fill(self, layer, tensors):
+        """Points the structures at `tensors`, inputs in the first one's
+        dtype and parameters in float32, contiguous (converted where they
+        are not); returns those and H."""
+        dtype = tensors[0].dtype
+        count = len(layer.inputs)
+        words, data, held = self.words, self.data, self.held
+        ready = []
+        changed = False
+        for i, t in enumerate(tensors):
+            want = dtype if i < count else torch.float32
+            if t.dtype != want or not t.is_contiguous():
+                t = t.to(want).contiguous()
+            ready.append(t)
+            words[data[i]] = t.data_ptr()
+            changed = changed or t.shape != held[i]
+        if changed:
+            self.heads = _heads(layer, ready)
+            for i, t in enumerate(ready):
+                if t.dim() > _MAX_DIMS:
+                    raise InvalidArgument(
+                        f'{self.names[i].decode()} has {t.dim()} '
+                        f'dimensions; at most {_MAX_DIMS}')
+                self.tensors[i].ndim = t.dim()
+                self.shapes[i][:t.dim()] = t.shape
+                held[i] = t.shape
+        return ready, self.heads
 
 
 _device_calls = threading.local()
@@ -159,22 +191,12 @@ def _forward(package: str, tensors: List[torch.Tensor],
     return _forward_device(layer, tensors, initial_state, cu_seqlens, scale)
 
 
-def _device_arguments(layer, tensors):
-    """Inputs in the first input's dtype and float32 parameters, contiguous."""
-    dtype = tensors[0].dtype
-    count = len(layer.inputs)
-    wanted = [dtype if i < count else torch.float32
-              for i in range(len(tensors))]
-    return [t if t.dtype == want and t.is_contiguous()
-            else t.to(want).contiguous() for t, want in zip(tensors, wanted)]
-
-
 def _forward_device(layer, tensors, initial_state, cu_seqlens, scale):
     first = tensors[0]
     dtype = first.dtype
-    tensors = _device_arguments(layer, tensors)
+    call = _device_call(layer)
+    tensors, heads = call.fill(layer, tensors)
     batch, tokens = first.shape[:2]
-    heads = _heads(layer, tensors)
     cu = None if cu_seqlens is None else cu_seqlens.to('cpu', torch.int64)
     sequences = batch if cu is None else cu.numel() - 1
     output = torch.empty((batch, tokens, heads, layer.value_dim), dtype=dtype,
@@ -182,8 +204,6 @@ def _forward_device(layer, tensors, initial_state, cu_seqlens, scale):
     final = torch.empty((sequences, heads, layer.key_dim, layer.state_columns),
                         dtype=torch.float32, device=first.device)
     initial = None if initial_state is None else initial_state.contiguous()
-    call = _device_call(layer)
-    call.fill(tensors)
     args = call.forward
     args.dtype = _capi.DTYPES[_dtype_name(dtype)]
     args.cu_seqlens = (None if cu is None else
@@ -250,13 +270,11 @@ def _decode_device(layer, tensors, state_pool, state_indices, scale):
     first = tensors[0]
     dtype = first.dtype
     _dtype_name(dtype)
-    tensors = _device_arguments(layer, tensors)
-    heads = _heads(layer, tensors)
+    call = _device_call(layer)
+    tensors, heads = call.fill(layer, tensors)
     output = torch.zeros(tuple(first.shape[:2]) + (heads, layer.value_dim),
                          dtype=dtype, device=first.device)
     indices = state_indices.to(first.device, torch.int64).contiguous()
-    call = _device_call(layer)
-    call.fill(tensors)
     if state_pool.dim() != 4:
         raise InvalidArgument(f'state_pool has shape {list(state_pool.shape)}; '
                               'it is [P, H, K, state_columns]')
@@ -283,6 +301,12 @@ def _(package, tensors, state_pool, state_indices, scale):
 
 def _arguments(layer, tensors):
     """The tensors named as the layer's arguments, in its order."""
+    names = _names(layer)
+    if len(tensors) == len(names):
+        try:
+            return [tensors[n] for n in names]
+        except KeyError:
+            pass
     unknown = set(tensors) - set(_names(layer))
     if unknown:
         raise InvalidArgument(

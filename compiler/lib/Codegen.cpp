@@ -628,10 +628,15 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
                                             const manifest::Plan &plan) {
   BodyEmitter emitter(layer, plan);
   bool recurrent = plan.family == manifest::Family::Recurrent;
-  std::string out = header(layer, plan, "linac/cpu/layer.h") +
-                    "namespace {\nusing namespace linac::cpu;\n\n"
-                    "struct Layer {\n" +
-                    emitter.constants("");
+  // A key-side gate the same on every channel (or none) lets the kernel
+  // take one exponential a pair of tokens instead of one a channel.
+  std::string out =
+      header(layer, plan, "linac/cpu/layer.h") +
+      "namespace {\nusing namespace linac::cpu;\n\n"
+      "struct Layer {\n" +
+      emitter.constants(fmt::format(
+          "  static constexpr bool kUniformKeyGate = {};\n",
+          emitter.form.keyDecay == KeyDecay::Vector ? "false" : "true"));
   if (!recurrent)
     out += emitter.chunkFunctions(
         kCpuFlavor,

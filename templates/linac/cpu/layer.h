@@ -202,8 +202,15 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
   auto keyProduct = [&](const Vec<K> &a, const KeyLogs &lamA, const Vec<K> &b,
                         const KeyLogs &lamB) {
     double sum = 0;
-    for (int d = 0; d < K; ++d)
-      sum += double(a[d]) * b[d] * std::exp(lamA[d] - lamB[d]);
+    if constexpr (Layer::kUniformKeyGate) {
+      // Every channel's log-gates are the same: so is every factor.
+      const double factor = std::exp(lamA[0] - lamB[0]);
+      for (int d = 0; d < K; ++d)
+        sum += double(a[d]) * b[d] * factor;
+    } else {
+      for (int d = 0; d < K; ++d)
+        sum += double(a[d]) * b[d] * std::exp(lamA[d] - lamB[d]);
+    }
     return sum;
   };
 
@@ -223,6 +230,14 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
       psiQ[t] = !Layer::kReadBefore ? psi[t] : t ? psi[t - 1] : ValueLogs{};
     }
 
+    // Each exponential is taken once where the loops below would repeat it
+    // for every column (or key): the same factors, in the same products.
+    std::array<double, K> keyDecay;
+    auto decaysOf = [&](const KeyLogs &logs) {
+      for (int d = 0; d < K; ++d)
+        keyDecay[d] = std::exp(logs[d]);
+    };
+
     // Residuals delta_t = u_t - (D_t S_{t-1} E_t)^T e_t, by forward
     // substitution through the chunk (the unit lower-triangular solve).
     for (int t = 0; t < L; ++t) {
@@ -230,10 +245,11 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
       if constexpr (!Layer::kErase)
         continue;
       std::array<double, U> r;
+      decaysOf(lam[t]);
       for (int j = 0; j < U; ++j) {
         double fromState = 0;
         for (int d = 0; d < K; ++d)
-          fromState += double(state.at(d, j)) * ops[t].e[d] * std::exp(lam[t][d]);
+          fromState += double(state.at(d, j)) * ops[t].e[d] * keyDecay[d];
         r[j] = ops[t].u[j] - fromState * valueFactor(psi[t], ValueLogs{}, j);
       }
       for (int s = 0; s < t; ++s) {
@@ -251,10 +267,11 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
       // Accumulated in double: strong write gates (exp(i) in mLSTM) put
       // terms of very different sizes into one sum.
       std::array<double, U> sum;
+      decaysOf(lamQ[t]);
       for (int j = 0; j < U; ++j) {
         double fromState = 0;
         for (int d = 0; d < K; ++d)
-          fromState += double(state.at(d, j)) * ops[t].q[d] * std::exp(lamQ[t][d]);
+          fromState += double(state.at(d, j)) * ops[t].q[d] * keyDecay[d];
         sum[j] = fromState * valueFactor(psiQ[t], ValueLogs{}, j);
       }
       int last = Layer::kReadBefore ? t - 1 : t;
@@ -272,16 +289,27 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
                       args.output + (token * args.num_heads + head) * V);
     }
 
-    // The state after the chunk.
+    // The state after the chunk: the value-side factors of each token and
+    // column, and each key's factors of each token, taken once.
     const KeyLogs &lamEnd = lam[L - 1];
     const ValueLogs &psiEnd = psi[L - 1];
+    std::array<double, U> valueEnd;
+    for (int j = 0; j < U; ++j)
+      valueEnd[j] = valueFactor(psiEnd, ValueLogs{}, j);
+    std::vector<std::array<double, U>> valueTo(Layer::kValueDecay ? L : 0);
+    for (int s = 0; s < int(valueTo.size()); ++s)
+      for (int j = 0; j < U; ++j)
+        valueTo[s][j] = valueFactor(psiEnd, psi[s], j);
+    std::array<double, C> keyTo;
     for (int d = 0; d < K; ++d) {
+      const double keyEnd = std::exp(lamEnd[d]);
+      for (int s = 0; s < L; ++s)
+        keyTo[s] = std::exp(lamEnd[d] - lam[s][d]);
       for (int j = 0; j < U; ++j) {
-        double sum = double(state.at(d, j)) * std::exp(lamEnd[d]) *
-                     valueFactor(psiEnd, ValueLogs{}, j);
+        double sum = double(state.at(d, j)) * keyEnd * valueEnd[j];
         for (int s = 0; s < L; ++s)
-          sum += double(ops[s].k[d]) * std::exp(lamEnd[d] - lam[s][d]) *
-                 valueFactor(psiEnd, psi[s], j) * delta[s][j];
+          sum += double(ops[s].k[d]) * keyTo[s] *
+                 (Layer::kValueDecay ? valueTo[s][j] : 1.0) * delta[s][j];
         state.at(d, j) = float(sum);
       }
     }

@@ -237,6 +237,17 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
       for (int d = 0; d < K; ++d)
         keyDecay[d] = std::exp(logs[d]);
     };
+    // sum_d S[d][j] x[d] keyDecay[d] for every column j, the state's rows
+    // in order (each column's sum in the order of d, as one column at a
+    // time would take it, so the same value).
+    auto readState = [&](const Vec<K> &x, std::array<double, U> &out) {
+      out.fill(0.0);
+      for (int d = 0; d < K; ++d) {
+        const float *row = &state.at(d, 0);
+        for (int j = 0; j < U; ++j)
+          out[j] += double(row[j]) * x[d] * keyDecay[d];
+      }
+    };
 
     // Residuals delta_t = u_t - (D_t S_{t-1} E_t)^T e_t, by forward
     // substitution through the chunk (the unit lower-triangular solve).
@@ -246,12 +257,9 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
         continue;
       std::array<double, U> r;
       decaysOf(lam[t]);
-      for (int j = 0; j < U; ++j) {
-        double fromState = 0;
-        for (int d = 0; d < K; ++d)
-          fromState += double(state.at(d, j)) * ops[t].e[d] * keyDecay[d];
-        r[j] = ops[t].u[j] - fromState * valueFactor(psi[t], ValueLogs{}, j);
-      }
+      readState(ops[t].e, r);
+      for (int j = 0; j < U; ++j)
+        r[j] = ops[t].u[j] - r[j] * valueFactor(psi[t], ValueLogs{}, j);
       for (int s = 0; s < t; ++s) {
         double a = keyProduct(ops[t].e, lam[t], ops[s].k, lam[s]);
         for (int j = 0; j < U; ++j)
@@ -268,12 +276,9 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
       // terms of very different sizes into one sum.
       std::array<double, U> sum;
       decaysOf(lamQ[t]);
-      for (int j = 0; j < U; ++j) {
-        double fromState = 0;
-        for (int d = 0; d < K; ++d)
-          fromState += double(state.at(d, j)) * ops[t].q[d] * keyDecay[d];
-        sum[j] = fromState * valueFactor(psiQ[t], ValueLogs{}, j);
-      }
+      readState(ops[t].q, sum);
+      for (int j = 0; j < U; ++j)
+        sum[j] *= valueFactor(psiQ[t], ValueLogs{}, j);
       int last = Layer::kReadBefore ? t - 1 : t;
       for (int s = 0; s <= last; ++s) {
         double a = keyProduct(ops[t].q, lamQ[t], ops[s].k, lam[s]);
@@ -300,18 +305,20 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
     for (int s = 0; s < int(valueTo.size()); ++s)
       for (int j = 0; j < U; ++j)
         valueTo[s][j] = valueFactor(psiEnd, psi[s], j);
-    std::array<double, C> keyTo;
+    // Each row's sums over the tokens in order, a column each.
+    std::array<double, U> row;
     for (int d = 0; d < K; ++d) {
       const double keyEnd = std::exp(lamEnd[d]);
-      for (int s = 0; s < L; ++s)
-        keyTo[s] = std::exp(lamEnd[d] - lam[s][d]);
-      for (int j = 0; j < U; ++j) {
-        double sum = double(state.at(d, j)) * keyEnd * valueEnd[j];
-        for (int s = 0; s < L; ++s)
-          sum += double(ops[s].k[d]) * keyTo[s] *
-                 (Layer::kValueDecay ? valueTo[s][j] : 1.0) * delta[s][j];
-        state.at(d, j) = float(sum);
+      for (int j = 0; j < U; ++j)
+        row[j] = double(state.at(d, j)) * keyEnd * valueEnd[j];
+      for (int s = 0; s < L; ++s) {
+        const double keyTo = std::exp(lamEnd[d] - lam[s][d]);
+        for (int j = 0; j < U; ++j)
+          row[j] += double(ops[s].k[d]) * keyTo *
+                    (Layer::kValueDecay ? valueTo[s][j] : 1.0) * delta[s][j];
       }
+      for (int j = 0; j < U; ++j)
+        state.at(d, j) = float(row[j]);
     }
   }
   if (args.final_state)

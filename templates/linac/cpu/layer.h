@@ -193,6 +193,9 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
   std::vector<std::array<double, K>> lam(C), lamQ(C);
   std::vector<std::array<double, V>> psi(C), psiQ(C);
   std::vector<Vec<U>> delta(C);
+  // The intra-chunk products: erase-key A[t][s] (s < t) and query-key
+  // P[t][s] (s <= t, s < t reading first), with their gate factors.
+  std::vector<std::array<double, C>> pairA(C), pairP(C);
 
   using KeyLogs = std::array<double, K>;
   using ValueLogs = std::array<double, V>;
@@ -249,6 +252,29 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
       }
     };
 
+    // Under a key-vector gate a pair's exponentials (one a channel) serve
+    // both of its products when the query sees the token's own gates.
+    constexpr bool kShareFactors =
+        Layer::kErase && !Layer::kUniformKeyGate && !Layer::kReadBefore;
+    for (int t = 0; t < L; ++t)
+      for (int s = 0; s <= t; ++s) {
+        if constexpr (kShareFactors) {
+          double a = 0, p = 0;
+          for (int d = 0; d < K; ++d) {
+            const double factor = std::exp(lam[t][d] - lam[s][d]);
+            a += double(ops[t].e[d]) * ops[s].k[d] * factor;
+            p += double(ops[t].q[d]) * ops[s].k[d] * factor;
+          }
+          pairA[t][s] = a;
+          pairP[t][s] = p;
+          continue;
+        }
+        if (Layer::kErase && s < t)
+          pairA[t][s] = keyProduct(ops[t].e, lam[t], ops[s].k, lam[s]);
+        if (s < t || !Layer::kReadBefore)
+          pairP[t][s] = keyProduct(ops[t].q, lamQ[t], ops[s].k, lam[s]);
+      }
+
     // Residuals delta_t = u_t - (D_t S_{t-1} E_t)^T e_t, by forward
     // substitution through the chunk (the unit lower-triangular solve).
     for (int t = 0; t < L; ++t) {
@@ -261,7 +287,7 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
       for (int j = 0; j < U; ++j)
         r[j] = ops[t].u[j] - r[j] * valueFactor(psi[t], ValueLogs{}, j);
       for (int s = 0; s < t; ++s) {
-        double a = keyProduct(ops[t].e, lam[t], ops[s].k, lam[s]);
+        const double a = pairA[t][s];
         for (int j = 0; j < U; ++j)
           r[j] -= a * valueFactor(psi[t], psi[s], j) * delta[s][j];
       }
@@ -281,7 +307,7 @@ void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
         sum[j] *= valueFactor(psiQ[t], ValueLogs{}, j);
       int last = Layer::kReadBefore ? t - 1 : t;
       for (int s = 0; s <= last; ++s) {
-        double a = keyProduct(ops[t].q, lamQ[t], ops[s].k, lam[s]);
+        const double a = pairP[t][s];
         for (int j = 0; j < U; ++j)
           sum[j] += a * valueFactor(psiQ[t], psi[s], j) * delta[s][j];
       }

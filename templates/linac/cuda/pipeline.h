@@ -250,9 +250,22 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
           x = work.initial[key * stateColumns<Layer>() + col];
         st[n][r] = x;
       }
-    // The state's bf16 A fragments of k-step s (keys 16s..16s+15).
-    auto stateFragment = [&](uint32_t(&a)[4], int s) {
-      accumulatorFragment(a, st, s);
+    // acc += S^T m^T for the Tiles tokens of m (rows of keys) from `first`:
+    // the state's bf16 A fragments of each k-step (keys 16s..16s+15) made
+    // from its registers.
+    auto fromState = [&](auto &acc, const __nv_bfloat16 *m, int first) {
+      constexpr int Tiles = std::extent_v<std::remove_reference_t<decltype(acc)>>;
+#pragma unroll
+      for (int ks = 0; ks < KeySteps; ++ks) {
+        uint32_t a[4];
+        accumulatorFragment(a, st, ks);
+#pragma unroll
+        for (int n = 0; n < Tiles; ++n) {
+          uint32_t b[2];
+          fragmentB(b, SharedRows{m, KS, first}, ks * 16, n * 8);
+          mma(acc[n], a, b);
+        }
+      }
     };
     // The generated prologue of chunk c into its buffer, a warp a token:
     // q, k, e and u as bf16 rows, the log-gates floored. Each warp's next
@@ -300,17 +313,7 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
         // Delta^T = U'^T - S^T W^T, 16 value columns by the chunk's tokens.
         float delta[ChunkTiles][4];
         zero(delta);
-#pragma unroll
-        for (int ks = 0; ks < KeySteps; ++ks) {
-          uint32_t a[4];
-          stateFragment(a, ks);
-#pragma unroll
-          for (int n = 0; n < ChunkTiles; ++n) {
-            uint32_t b[2];
-            fragmentB(b, SharedRows{buffer.w(), KS, 0}, ks * 16, n * 8);
-            mma(delta[n], a, b);
-          }
-        }
+        fromState(delta, buffer.w(), 0);
 #pragma unroll
         for (int ts = 0; ts < ChunkSteps; ++ts) {
           uint32_t u[4];
@@ -342,18 +345,7 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
             constexpr int HalfTiles = ChunkTiles / 2;
             float out[HalfTiles][4];
             zero(out);
-#pragma unroll
-            for (int ks = 0; ks < KeySteps; ++ks) {
-              uint32_t a[4];
-              stateFragment(a, ks);
-#pragma unroll
-              for (int n = 0; n < HalfTiles; ++n) {
-                uint32_t b[2];
-                fragmentB(b, SharedRows{buffer.q(), KS, h * C / 2}, ks * 16,
-                          n * 8);
-                mma(out[n], a, b);
-              }
-            }
+            fromState(out, buffer.q(), h * C / 2);
             warpProduct<HalfTiles, ChunkSteps>(
                 out, RegisterA<ChunkSteps>{deltaFragments},
                 SharedRows{buffer.p(), PS, h * C / 2});

@@ -4,9 +4,11 @@ A package is compiled by the `linac` compiler, which needs MLIR and so is
 not part of this Python package: it is found through $LINAC_COMPILER, on the
 PATH, or in the build directory of the checkout the package was installed
 from. Packages are cached by a hash of the spec's text, the target, the
-compile options and the compiler binary's bytes (not its path, so that a
+compile options, the compiler binary's bytes (not its path, so that a
 cache filled on one machine serves another with the same build of the
-compiler, even where that build cannot run), in the packages/ folder of the
+compiler, even where that build cannot run) and the kernel templates it
+compiles against where this package can see them ($LINAC_TEMPLATES, else
+the checkout's templates/), in the packages/ folder of the
 compiler's own cache ($LINAC_CACHE_DIR, else $XDG_CACHE_HOME/linac or
 ~/.cache/linac). `linac compile`
 stages a package beside its destination and renames it into place, so
@@ -74,6 +76,51 @@ def _compiler_identity(path):
     return _file_digest(path, info.st_size, info.st_mtime_ns)
 
 
+def _templates_dir():
+    """The templates the compiler reads, where this package can see them:
+    $LINAC_TEMPLATES, else those of the checkout it runs from or was
+    installed from; None when it sees none."""
+    candidates = [os.environ.get('LINAC_TEMPLATES'),
+                  os.path.join(os.path.dirname(__file__), '..', '..',
+                               'templates')]
+    try:
+        from ._build_info import SOURCE_DIR
+        candidates.append(os.path.join(SOURCE_DIR, 'templates'))
+    except ImportError:
+        pass
+    for candidate in candidates:
+        if candidate and os.path.isdir(candidate):
+            return os.path.abspath(candidate)
+    return None
+
+
+def _templates_identity():
+    """What distinguishes one version of the templates from another: their
+    files' paths and bytes, hashed again only when a file's size or time
+    changes."""
+    directory = _templates_dir()
+    if directory is None:
+        return ''
+    stamps = []
+    for root, _, files in sorted(os.walk(directory)):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            info = os.stat(path)
+            stamps.append((os.path.relpath(path, directory), info.st_size,
+                           info.st_mtime_ns))
+    return _directory_digest(directory, tuple(stamps))
+
+
+@functools.lru_cache(maxsize=None)
+def _directory_digest(directory, stamps):
+    digest = hashlib.sha256()
+    for relative, _, _ in stamps:
+        digest.update(relative.encode() + b'\0')
+        with open(os.path.join(directory, relative), 'rb') as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
 def spec_text(spec):
     """A spec's text: `spec` itself when it holds a layer, else the text of
     the file it names."""
@@ -86,7 +133,8 @@ def spec_text(spec):
 
 def package_key(text, target, options, compiler):
     material = '\0'.join([text, target, ' '.join(options),
-                          _compiler_identity(compiler)])
+                          _compiler_identity(compiler),
+                          _templates_identity()])
     return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 

@@ -3,6 +3,7 @@ same spec at once, rebuilt when an entry is corrupt."""
 
 import multiprocessing
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -60,3 +61,16 @@ def test_a_corrupt_entry_is_compiled_again(cache, damage):
     tensors = random_arguments(layer, 1, 3, 1, np.random.default_rng(1))
     o, _ = layer(**tensors)
     assert np.isfinite(o).all()
+
+
+def test_a_change_to_the_templates_compiles_again(cache, tmp_path,
+                                                  monkeypatch):
+    templates = tmp_path / 'templates'
+    source = os.path.join(os.path.dirname(__file__), '..', '..', 'templates')
+    shutil.copytree(source, templates)
+    monkeypatch.setenv('LINAC_TEMPLATES', str(templates))
+    first = linac.compile(SPECS['vector_gate'], cache=cache)
+    assert linac.compile(SPECS['vector_gate'], cache=cache).path == first.path
+    with open(templates / 'linac' / 'cpu' / 'layer.h', 'a') as f:
+        f.write('\n// A change the kernel must be compiled with.\n')
+    assert linac.compile(SPECS['vector_gate'], cache=cache).path != first.path

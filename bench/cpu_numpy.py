@@ -16,11 +16,17 @@ naive kind that overflow under strong gates; the inputs keep them mild.
 """
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
 
 import linac
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests',
+                                'python'))
+from test_layer import random_arguments  # noqa: E402
 
 C = 64
 
@@ -107,18 +113,11 @@ def main():
     for name in args.examples:
         layer = linac.compile(f'examples/{name}.mlir')
         scale = layer.key_dim ** -0.5
-        sizes = {'key': (layer.key_dim,), 'value': (layer.value_dim,),
-                 'scalar': ()}
         for B, T, H in shapes:
-            rng = np.random.default_rng(0)
-            x = {}
-            for a in layer.arguments:
-                if a.role == 'input':
-                    x[a.name] = rng.standard_normal(
-                        (B, T, H) + sizes[a.kind]).astype(np.float32)
-                elif a.role == 'param':
-                    x[a.name] = np.full((H,) + sizes[a.kind], -2.0,
-                                        np.float32)
+            x = random_arguments(layer, B, T, H, np.random.default_rng(0))
+            # Parameters of -2 keep Gated DeltaNet's decays mild.
+            for param in layer.params:
+                x[param] = np.full_like(x[param], -2.0)
             ours_ms, (o, _) = best_ms(lambda: layer.forward(**x))
             numpy_ms, want = best_ms(lambda: LAYERS[name](x, scale))
             error = np.linalg.norm(o - want) / np.linalg.norm(want)

@@ -74,3 +74,16 @@ def test_a_change_to_the_templates_compiles_again(cache, tmp_path,
     with open(templates / 'linac' / 'cpu' / 'layer.h', 'a') as f:
         f.write('\n// A change the kernel must be compiled with.\n')
     assert linac.compile(SPECS['vector_gate'], cache=cache).path != first.path
+
+
+def test_the_compiler_is_known_by_its_bytes_not_its_path(cache, tmp_path,
+                                                         monkeypatch):
+    first = linac.compile(SPECS['vector_gate'], cache=cache)
+    copy = tmp_path / 'elsewhere' / 'linac'
+    copy.parent.mkdir()
+    shutil.copy2(linac.find_compiler(), copy)
+    monkeypatch.setenv('LINAC_COMPILER', str(copy))
+    assert linac.compile(SPECS['vector_gate'], cache=cache).path == first.path
+    with open(copy, 'ab') as f:
+        f.write(b'\0')
+    assert linac.compile(SPECS['vector_gate'], cache=cache).path != first.path

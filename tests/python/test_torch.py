@@ -90,3 +90,22 @@ def test_bad_arguments_name_themselves(layer):
     tensors['q'] = tensors['q'].to(torch.int32)
     with pytest.raises(linac.InvalidArgument, match='not torch.int32'):
         linac.torch.forward(layer, **tensors)
+
+
+def test_device_arguments_are_checked_before_any_launch(layer):
+    # The device path's own checks, on CPU tensors: each fails before the
+    # stream is asked for.
+    _, tensors = torch_arguments(layer, 1, 4, 1)
+    arguments = linac.torch._arguments(layer, tensors)
+    call = linac.torch._device_call(layer)
+    ready, heads = call.fill(layer, arguments)
+    assert heads == 1 and [t.data_ptr() for t in ready] == [
+        call.tensors[i].data for i in range(len(ready))]
+    deep = [t.reshape(t.shape + (1,) * (9 - t.dim())) if i == 0 else t
+            for i, t in enumerate(arguments)]
+    with pytest.raises(linac.InvalidArgument, match='9 dimensions; at most 8'):
+        call.fill(layer, deep)
+    pool = torch.zeros(2, 1, layer.key_dim, layer.state_columns)
+    with pytest.raises(linac.InvalidArgument, match=r'state_pool has shape'):
+        linac.torch._decode_device(layer, arguments, pool[0],
+                                   torch.tensor([0]), 0.0)

@@ -126,8 +126,10 @@ struct ChunkMap {
   LINAC_GEOMETRY int64_t lateRowBytes() const { return gates - lateRows; }
 };
 
-/// Warps of each of a pipelined block's two groups (pipeline.h).
+/// Warps of each of a pipelined block's two groups (pipeline.h), and the
+/// floats of the 16 x 8 tile each preparing warp keeps in shared memory.
 inline constexpr int kPipelineGroupWarps = kChunkWarps / 2;
+inline constexpr int kPipelineScratchFloats = 16 * 8;
 
 /// Where each of a pipelined block's buffers starts in shared memory
 /// (PipelineLayout in pipeline.h), in bytes, and the padded strides of
@@ -149,7 +151,8 @@ struct PipelineMap {
         // IS), a 16 x 8 tile a preparing warp and the reads (C x OS).
         a(2 * bufferBytes), inverses(a + 4 * C * AS),
         scratch(inverses + 4 * C * IS),
-        o(scratch + 4 * kPipelineGroupWarps * 16 * 8), bytes(o + 4 * C * OS) {}
+        o(scratch + 4 * kPipelineGroupWarps * kPipelineScratchFloats),
+        bytes(o + 4 * C * OS) {}
 };
 
 /// Threads of the recurrent scan's block: thread j holds value column j,

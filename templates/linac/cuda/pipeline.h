@@ -511,7 +511,7 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
         }
         // Through the warp's rows of its own scratch: the diagonal block
         // T_tt's columns this tile needs are the inverses.
-        float *scratch = s::scratch() + p * Rows * 8;
+        float *scratch = s::scratch() + p * kPipelineScratchFloats;
         scratch[g * 8 + pair] = y[0];
         scratch[g * 8 + pair + 1] = y[1];
         scratch[(g + 8) * 8 + pair] = y[2];

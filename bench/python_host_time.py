@@ -4,9 +4,9 @@
         python3 bench/python_host_time.py .gpu-packages/gated_deltanet.linac
     ... python3 bench/python_host_time.py --fla
 
-Times N back-to-back calls with launches queued (no synchronisation inside
-the loop) on one token of one head, so that the host's work, not the
-kernel, sets the pace, against linac_forward_device called through ctypes
+Times calls on one token of one head, in batches with launches queued and
+the GPU drained between batches, so that the host's work, not the kernel,
+sets the pace, against linac_forward_device called through ctypes
 with its arguments prepared once on the same package: for a package,
 linac.torch.forward (the torch.library operator, its argument checks and
 allocations); with --fla, every function of linac.fla that
@@ -18,6 +18,7 @@ microseconds per call.
 import argparse
 import ctypes
 import os
+import statistics
 import sys
 import time
 
@@ -32,16 +33,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests',
                                 'python'))
 
 
-def per_call_us(call, n):
+def per_call_us(call, n, batch=100):
+    """The host's time per call: the median over batches of `batch` calls,
+    the GPU drained before each so that no call waits for a full launch
+    queue (a tiny kernel can take longer on the GPU than its launch on the
+    host)."""
     for _ in range(20):
         call()
+    times = []
+    for _ in range(max(n // batch, 1)):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(batch):
+            call()
+        times.append((time.perf_counter() - start) / batch)
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        call()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / n * 1e6
+    return statistics.median(times) * 1e6
 
 
 def one_token_arguments(layer):

@@ -178,10 +178,11 @@ def _run(spec, tensors, scale, initial_state, output_final_state, cu_seqlens,
         initial_state = initial_state.to(torch.float32).contiguous()
     cu = cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens
     o, final = _ops.forward(layer, initial_state=initial_state, cu_seqlens=cu,
-                            scale=scale, **tensors)
-    if not output_final_state:
-        return o, None
-    return o, final.transpose(-1, -2) if state_v_first else final
+                            scale=scale, output_final_state=output_final_state,
+                            **tensors)
+    if final is None or not state_v_first:
+        return o, final
+    return o, final.transpose(-1, -2)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
@@ -229,6 +230,11 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None,
                         state_v_first, cu_seqlens, None)
 
 
+def _shaped(tensor, shape):
+    """`tensor` as a parameter of `shape` (linac.torch makes it float32)."""
+    return tensor if tensor.shape == shape else tensor.reshape(shape)
+
+
 def _gated_delta(q, k, v, g, beta, gate, scale, initial_state,
                  output_final_state, l2norm, gate_in_kernel, A_log, dt_bias,
                  beta_sigmoid, neg_eigval, state_v_first, cu_seqlens,
@@ -252,10 +258,10 @@ def _gated_delta(q, k, v, g, beta, gate, scale, initial_state,
         tensors['g'] = g
     if gate_in_kernel:
         heads = A_log.shape[0]
-        tensors['A_log'] = A_log.float().reshape(heads)
+        tensors['A_log'] = _shaped(A_log, (heads,))
         if dt_bias is not None:
-            tensors['dt_bias'] = dt_bias.float().reshape(
-                (heads, q.shape[-1]) if gate == 'vector' else (heads,))
+            tensors['dt_bias'] = _shaped(
+                dt_bias, (heads, q.shape[-1]) if gate == 'vector' else (heads,))
     return _run(spec, tensors, scale, initial_state, output_final_state,
                 cu_seqlens, cu_seqlens_cpu, state_v_first)
 

@@ -131,10 +131,11 @@ class Layer(nn.Module):
         layer = self.package(hidden_states.device)
         reads, final_state = linac_torch.forward(
             layer, initial_state=initial_state, cu_seqlens=cu_seqlens,
-            scale=scale, **self._arguments(hidden_states))
+            scale=scale, output_final_state=output_final_state,
+            **self._arguments(hidden_states))
         batch, tokens, _ = hidden_states.shape
         reads = reads.reshape(batch, tokens, -1).to(hidden_states.dtype)
-        return self.output(reads), (final_state if output_final_state else None)
+        return self.output(reads), final_state
 
     def step(self, hidden_states, *, state_pool, state_indices, scale=None):
         """A decode step: [B, n, hidden] new tokens of B sequences whose

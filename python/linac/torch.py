@@ -34,13 +34,24 @@ def _layer(path) -> Layer:
     return _layers[path]
 
 
+_targets = {}
+
+
 def target_for(device):
     """The package target that runs on `device`."""
+    target = _targets.get(device)
+    if target is not None:
+        return target
     device = torch.device(device)
     index = device.index
     if device.type == 'cuda' and index is None:
         index = torch.cuda.current_device()
-    return _target_for(device.type, index)
+    target = _target_for(device.type, index)
+    # A tensor's device always has its index; a bare 'cuda' follows the
+    # current device, so it is not kept.
+    if device.type == 'cpu' or device.index is not None:
+        _targets[device] = target
+    return target
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,13 +173,18 @@ def _stream(device):
     return torch._C._cuda_getCurrentRawStream(device.index)
 
 
-def _dtype_name(dtype):
-    names = {torch.float32: 'float32', torch.bfloat16: 'bfloat16',
-             torch.float16: 'float16'}
-    if dtype not in names:
+_DTYPE_NAMES = {torch.float32: 'float32', torch.bfloat16: 'bfloat16',
+                torch.float16: 'float16'}
+_DTYPE_CODES = {dtype: _capi.DTYPES[name] for dtype, name in _DTYPE_NAMES.items()}
+
+
+def _dtype_code(dtype):
+    """The C API's code of an activation dtype."""
+    code = _DTYPE_CODES.get(dtype)
+    if code is None:
         raise InvalidArgument(f'linac runs float32, bfloat16 and float16 '
                               f'activations, not {dtype}')
-    return names[dtype]
+    return code
 
 
 @torch.library.custom_op('linac::forward', mutates_args=())
@@ -178,7 +194,7 @@ def _forward(package: str, tensors: List[torch.Tensor],
              scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
     layer = _layer(package)
     first = tensors[0]
-    _dtype_name(first.dtype)
+    _dtype_code(first.dtype)
     if first.device.type == 'cpu':
         arrays = {n: t.detach().to(torch.float32).contiguous().numpy()
                   for n, t in zip(_names(layer), tensors)}
@@ -191,7 +207,8 @@ def _forward(package: str, tensors: List[torch.Tensor],
     return _forward_device(layer, tensors, initial_state, cu_seqlens, scale)
 
 
-def _forward_device(layer, tensors, initial_state, cu_seqlens, scale):
+def _forward_device(layer, tensors, initial_state, cu_seqlens, scale,
+                    output_final_state=True):
     first = tensors[0]
     dtype = first.dtype
     call = _device_call(layer)
@@ -201,16 +218,19 @@ def _forward_device(layer, tensors, initial_state, cu_seqlens, scale):
     sequences = batch if cu is None else cu.numel() - 1
     output = torch.empty((batch, tokens, heads, layer.value_dim), dtype=dtype,
                          device=first.device)
-    final = torch.empty((sequences, heads, layer.key_dim, layer.state_columns),
-                        dtype=torch.float32, device=first.device)
+    final = None
+    if output_final_state:
+        final = torch.empty(
+            (sequences, heads, layer.key_dim, layer.state_columns),
+            dtype=torch.float32, device=first.device)
     initial = None if initial_state is None else initial_state.contiguous()
     args = call.forward
-    args.dtype = _capi.DTYPES[_dtype_name(dtype)]
+    args.dtype = _dtype_code(dtype)
     args.cu_seqlens = (None if cu is None else
                        ctypes.cast(cu.data_ptr(), _capi.c_int64_p))
     args.num_cu_seqlens = 0 if cu is None else cu.numel()
     args.initial_state = None if initial is None else initial.data_ptr()
-    args.final_state = final.data_ptr()
+    args.final_state = None if final is None else final.data_ptr()
     args.output = output.data_ptr()
     args.scale = scale
     args.stream = _stream(first.device)
@@ -252,7 +272,7 @@ def _decode(package: str, tensors: List[torch.Tensor],
             scale: float) -> torch.Tensor:
     layer = _layer(package)
     first = tensors[0]
-    _dtype_name(first.dtype)
+    _dtype_code(first.dtype)
     if first.device.type == 'cpu':
         if state_pool.dtype != torch.float32 or not state_pool.is_contiguous():
             raise InvalidArgument('state_pool must be a contiguous float32 '
@@ -269,7 +289,6 @@ def _decode(package: str, tensors: List[torch.Tensor],
 def _decode_device(layer, tensors, state_pool, state_indices, scale):
     first = tensors[0]
     dtype = first.dtype
-    _dtype_name(dtype)
     call = _device_call(layer)
     tensors, heads = call.fill(layer, tensors)
     output = torch.zeros(tuple(first.shape[:2]) + (heads, layer.value_dim),
@@ -280,7 +299,7 @@ def _decode_device(layer, tensors, state_pool, state_indices, scale):
                               'it is [P, H, K, state_columns]')
     call.pool_shape[:4] = state_pool.shape
     args = call.decode
-    args.dtype = _capi.DTYPES[_dtype_name(dtype)]
+    args.dtype = _dtype_code(dtype)
     args.state_pool = state_pool.data_ptr()
     args.state_indices = indices.data_ptr()
     args.num_sequences = indices.numel()
@@ -318,35 +337,39 @@ def _arguments(layer, tensors):
     return [tensors[n] for n in _names(layer)]
 
 
-def _direct(tensors):
-    """Whether a call on `tensors` may skip the dispatcher, whose Python
-    custom op costs more host time than the launch: CUDA tensors of no
-    subclass, no gradient asked for, and nothing that must see the
-    operator (torch.compile's tracing, a dispatch or function mode, a
-    functorch transform)."""
-    first = tensors[0]
-    return (first.is_cuda and not torch.compiler.is_compiling()
-            and all(type(t) is torch.Tensor for t in tensors)
-            and not (torch.is_grad_enabled() and
-                     any(t.requires_grad for t in tensors))
-            and _python_dispatch._get_current_dispatch_mode() is None
+def _direct(tensors, *optional):
+    """Whether a call on `tensors` and the `optional` ones given may skip
+    the dispatcher, whose Python custom op costs more host time than the
+    launch: CUDA tensors of no subclass, no gradient asked for, and nothing
+    that must see the operator (torch.compile's tracing, a dispatch or
+    function mode, a functorch transform)."""
+    if not tensors[0].is_cuda or torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    for group in (tensors, optional):
+        for t in group:
+            if t is not None and (type(t) is not torch.Tensor or
+                                  (grad and t.requires_grad)):
+                return False
+    return (_python_dispatch._get_current_dispatch_mode() is None
             and not torch._C._is_torch_function_mode_enabled()
             and torch._C._functorch.maybe_current_level() is None)
 
 
 def forward(layer, *, initial_state=None, cu_seqlens=None, scale=None,
-            **tensors):
+            output_final_state=True, **tensors):
     """The layer's forward pass on torch tensors, by name: the output
     [B, T, H, V] in the inputs' dtype and the final states
-    [N, H, K, state_columns] in float32."""
+    [N, H, K, state_columns] in float32 (None with output_final_state
+    False, which saves their memory and writes)."""
     arguments = _arguments(layer, tensors)
     scale = float(scale or 0.0)
-    if _direct(arguments + [t for t in (initial_state, cu_seqlens)
-                            if t is not None]):
+    if _direct(arguments, initial_state, cu_seqlens):
         return _forward_device(layer, arguments, initial_state, cu_seqlens,
-                               scale)
-    return torch.ops.linac.forward(layer.path, arguments, initial_state,
-                                   cu_seqlens, scale)
+                               scale, output_final_state)
+    o, final = torch.ops.linac.forward(layer.path, arguments, initial_state,
+                                       cu_seqlens, scale)
+    return o, final if output_final_state else None
 
 
 def decode(layer, *, state_pool, state_indices, scale=None, **tensors):
@@ -355,7 +378,7 @@ def decode(layer, *, state_pool, state_indices, scale=None, **tensors):
     state_indices[b] (-1 skips it). Returns the output [B, n, H, V]."""
     arguments = _arguments(layer, tensors)
     scale = float(scale or 0.0)
-    if _direct(arguments + [state_pool, state_indices]):
+    if _direct(arguments, state_pool, state_indices):
         return _decode_device(layer, arguments, state_pool, state_indices,
                               scale)
     return torch.ops.linac.decode(layer.path, arguments, state_pool,

@@ -34,6 +34,9 @@ def test_forward_matches_the_reference(layer):
                                        initial_state=initial.numpy())
     assert relative_error(o.numpy(), want_o) < TOLERANCE
     assert relative_error(final.numpy(), want_final) < TOLERANCE
+    o_only, none = linac.torch.forward(layer, initial_state=initial,
+                                       output_final_state=False, **tensors)
+    assert none is None and torch.equal(o_only, o)
 
 
 def test_decode_updates_the_pool_in_place(layer):

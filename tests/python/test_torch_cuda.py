@@ -122,6 +122,9 @@ def test_calls_outside_the_dispatcher_match_the_operator():
         layer.path, [tensors[n] for n in layer.inputs + layer.params], None,
         None, 0.0)
     assert all(torch.equal(a, b) for a, b in zip(direct, through))
+    # Without the final state the device writes none and the output stands.
+    o, final = linac.torch.forward(layer, output_final_state=False, **tensors)
+    assert final is None and torch.equal(o, direct[0])
     # Asking for a gradient takes the operator, whose backward refuses.
     first = layer.inputs[0]
     q = tensors[first].clone().requires_grad_()

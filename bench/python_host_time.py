@@ -6,7 +6,7 @@
 
 Times calls on one token of one head, in batches with launches queued and
 the GPU drained between batches, so that the host's work, not the kernel,
-sets the pace, against linac_forward_device called through ctypes
+sets the pace (the least batch of each, batches taken in turn), against linac_forward_device called through ctypes
 with its arguments prepared once on the same package: for a package,
 linac.torch.forward (the torch.library operator, its argument checks and
 allocations); with --fla, every function of linac.fla that
@@ -18,7 +18,6 @@ microseconds per call.
 import argparse
 import ctypes
 import os
-import statistics
 import sys
 import time
 
@@ -33,22 +32,25 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests',
                                 'python'))
 
 
-def per_call_us(call, n, batch=100):
-    """The host's time per call: the median over batches of `batch` calls,
-    the GPU drained before each so that no call waits for a full launch
-    queue (a tiny kernel can take longer on the GPU than its launch on the
-    host)."""
-    for _ in range(20):
-        call()
-    times = []
-    for _ in range(max(n // batch, 1)):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(batch):
+def per_call_us(calls, n, batch=100):
+    """Each call's host time in microseconds: the least over batches of
+    `batch` calls, the GPU drained before each so that no call waits for a
+    full launch queue (a tiny kernel can take longer on the GPU than its
+    launch on the host), the calls' batches taken in turn so that a busy
+    spell of the host's falls on all of them."""
+    for call in calls:
+        for _ in range(20):
             call()
-        times.append((time.perf_counter() - start) / batch)
+    best = [float('inf')] * len(calls)
+    for _ in range(max(n // batch, 1)):
+        for i, call in enumerate(calls):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(batch):
+                call()
+            best[i] = min(best[i], (time.perf_counter() - start) / batch)
     torch.cuda.synchronize()
-    return statistics.median(times) * 1e6
+    return [b * 1e6 for b in best]
 
 
 def one_token_arguments(layer):
@@ -95,12 +97,15 @@ def main():
     parser.add_argument('--fla', action='store_true')
     parser.add_argument('--calls', type=int, default=2000)
     args = parser.parse_args()
+    print('linac.torch calls the C API ' +
+          ('through its C++ module' if linac.torch._torch_ops is not None
+           else 'through ctypes'))
     if args.package:
         layer = linac.load(args.package)
         tensors = one_token_arguments(layer)
-        c_api = per_call_us(c_api_call(layer, tensors), args.calls)
-        python = per_call_us(lambda: linac.torch.forward(layer, **tensors),
-                             args.calls)
+        c_api, python = per_call_us(
+            [c_api_call(layer, tensors),
+             lambda: linac.torch.forward(layer, **tensors)], args.calls)
         print(f'{layer.name}: C API through ctypes {c_api:.1f} us a call, '
               f'linac.torch.forward {python:.1f} us, '
               f'{python - c_api:.1f} us more')
@@ -112,10 +117,9 @@ def main():
             fla_args, fla_kwargs = call(name, x)
             layer = linac.fla.prepare(function, *fla_args, target='sm_90a',
                                       **fla_kwargs)
-            c_api = per_call_us(c_api_call(layer, one_token_arguments(layer)),
-                                args.calls)
-            ours = per_call_us(lambda: function(*fla_args, **fla_kwargs),
-                               args.calls)
+            c_api, ours = per_call_us(
+                [c_api_call(layer, one_token_arguments(layer)),
+                 lambda: function(*fla_args, **fla_kwargs)], args.calls)
             print(f'linac.fla.{name}: {ours:.1f} us a call, C API '
                   f'{c_api:.1f} us, {ours - c_api:.1f} us more')
 

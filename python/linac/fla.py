@@ -174,12 +174,10 @@ def _run(spec, tensors, scale, initial_state, output_final_state, cu_seqlens,
     layer = _layer(spec, _ops.target_for(q.device))
     if initial_state is not None and state_v_first:
         initial_state = initial_state.transpose(-1, -2)
-    if initial_state is not None:
-        initial_state = initial_state.to(torch.float32).contiguous()
     cu = cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens
-    o, final = _ops.forward(layer, initial_state=initial_state, cu_seqlens=cu,
-                            scale=scale, output_final_state=output_final_state,
-                            **tensors)
+    o, final = _ops._forward_arguments(
+        layer, [tensors[name] for name in layer.inputs + layer.params],
+        initial_state, cu, scale, output_final_state)
     if final is None or not state_v_first:
         return o, final
     return o, final.transpose(-1, -2)

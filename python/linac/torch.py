@@ -16,7 +16,11 @@ string, tensors and numbers.
 
 import ctypes
 import functools
+import importlib.util
+import os
+import sysconfig
 import threading
+import warnings
 from typing import List, Optional, Tuple
 
 import torch
@@ -173,6 +177,13 @@ def _stream(device):
     return torch._C._cuda_getCurrentRawStream(device.index)
 
 
+def _float32(tensor):
+    """`tensor` as contiguous float32, as states are."""
+    if tensor.dtype is torch.float32 and tensor.is_contiguous():
+        return tensor
+    return tensor.to(torch.float32).contiguous()
+
+
 _DTYPE_NAMES = {torch.float32: 'float32', torch.bfloat16: 'bfloat16',
                 torch.float16: 'float16'}
 _DTYPE_CODES = {dtype: _capi.DTYPES[name] for dtype, name in _DTYPE_NAMES.items()}
@@ -187,6 +198,66 @@ def _dtype_code(dtype):
     return code
 
 
+def _load_torch_ops():
+    """linac.torch's C++ module (python/csrc/torch_ops.cpp): installed in
+    this package, or built beside the liblinac.so that the ctypes binding
+    loaded. None without one, or with LINAC_TORCH_OPS=0 in the environment:
+    calls then go through ctypes, with a few microseconds more host time for
+    each tensor. LINAC_TORCH_OPS=1 makes a missing module an ImportError."""
+    wanted = os.environ.get('LINAC_TORCH_OPS')
+    if wanted == '0':
+        return None
+    name = '_torch_ops' + sysconfig.get_config_var('EXT_SUFFIX')
+    for directory in (os.path.dirname(os.path.abspath(__file__)),
+                      os.path.dirname(os.path.abspath(_capi.lib._name))):
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):
+            continue
+        spec = importlib.util.spec_from_file_location('linac._torch_ops', path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except ImportError as error:
+            # Built against another torch than the one imported.
+            if wanted == '1':
+                raise
+            warnings.warn(f'linac: {path} does not load ({error}); '
+                          'linac.torch calls the C API through ctypes')
+            return None
+        return module
+    if wanted == '1':
+        raise ImportError(f'linac: LINAC_TORCH_OPS=1 and no {name} was built '
+                          '(pip install --no-build-isolation, with torch)')
+    return None
+
+
+_torch_ops = _load_torch_ops()
+
+
+def _address(function):
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
+def _forward_ops(layer, tensors, initial_state, cu_seqlens, scale,
+                 output_final_state, stream):
+    """The forward pass through the C++ module: (output, final or None)."""
+    _dtype_code(tensors[0].dtype)
+    forward = layer.__dict__.get('_torch_ops_forward')
+    if forward is None:
+        forward = layer._torch_ops_forward = _torch_ops.Forward(
+            layer.handle.value, _address(_capi.lib.linac_forward_host),
+            _address(_capi.lib.linac_forward_device), list(_names(layer)),
+            len(layer.inputs), layer.key_dim, layer.value_dim,
+            layer.state_columns)
+    try:
+        status, output, final = forward(tensors, initial_state, cu_seqlens,
+                                        scale, output_final_state, stream)
+    except ValueError as error:
+        raise InvalidArgument(str(error)) from None
+    _capi.check(status)
+    return output, final
+
+
 @torch.library.custom_op('linac::forward', mutates_args=())
 def _forward(package: str, tensors: List[torch.Tensor],
              initial_state: Optional[torch.Tensor],
@@ -196,11 +267,14 @@ def _forward(package: str, tensors: List[torch.Tensor],
     first = tensors[0]
     _dtype_code(first.dtype)
     if first.device.type == 'cpu':
+        if _torch_ops is not None:
+            return _forward_ops(layer, [t.detach() for t in tensors],
+                                initial_state, cu_seqlens, scale, True, 0)
         arrays = {n: t.detach().to(torch.float32).contiguous().numpy()
                   for n, t in zip(_names(layer), tensors)}
         o, final = layer.forward(
             initial_state=(None if initial_state is None else
-                           initial_state.detach().contiguous().numpy()),
+                           _float32(initial_state.detach()).numpy()),
             cu_seqlens=None if cu_seqlens is None else cu_seqlens.cpu().numpy(),
             scale=scale, **arrays)
         return torch.from_numpy(o).to(first.dtype), torch.from_numpy(final)
@@ -210,20 +284,22 @@ def _forward(package: str, tensors: List[torch.Tensor],
 def _forward_device(layer, tensors, initial_state, cu_seqlens, scale,
                     output_final_state=True):
     first = tensors[0]
+    if _torch_ops is not None:
+        return _forward_ops(layer, tensors, initial_state, cu_seqlens, scale,
+                            output_final_state, _stream(first.device))
     dtype = first.dtype
     call = _device_call(layer)
     tensors, heads = call.fill(layer, tensors)
     batch, tokens = first.shape[:2]
     cu = None if cu_seqlens is None else cu_seqlens.to('cpu', torch.int64)
     sequences = batch if cu is None else cu.numel() - 1
-    output = torch.empty((batch, tokens, heads, layer.value_dim), dtype=dtype,
-                         device=first.device)
+    output = first.new_empty((batch, tokens, heads, layer.value_dim))
     final = None
     if output_final_state:
-        final = torch.empty(
+        final = first.new_empty(
             (sequences, heads, layer.key_dim, layer.state_columns),
-            dtype=torch.float32, device=first.device)
-    initial = None if initial_state is None else initial_state.contiguous()
+            dtype=torch.float32)
+    initial = None if initial_state is None else _float32(initial_state)
     args = call.forward
     args.dtype = _dtype_code(dtype)
     args.cu_seqlens = (None if cu is None else
@@ -362,7 +438,14 @@ def forward(layer, *, initial_state=None, cu_seqlens=None, scale=None,
     [B, T, H, V] in the inputs' dtype and the final states
     [N, H, K, state_columns] in float32 (None with output_final_state
     False, which saves their memory and writes)."""
-    arguments = _arguments(layer, tensors)
+    return _forward_arguments(layer, _arguments(layer, tensors),
+                              initial_state, cu_seqlens, scale,
+                              output_final_state)
+
+
+def _forward_arguments(layer, arguments, initial_state, cu_seqlens, scale,
+                       output_final_state):
+    """forward() on the layer's arguments in its order."""
     scale = float(scale or 0.0)
     if _direct(arguments, initial_state, cu_seqlens):
         return _forward_device(layer, arguments, initial_state, cu_seqlens,

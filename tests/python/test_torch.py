@@ -37,6 +37,26 @@ def test_forward_matches_the_reference(layer):
     o_only, none = linac.torch.forward(layer, initial_state=initial,
                                        output_final_state=False, **tensors)
     assert none is None and torch.equal(o_only, o)
+    # States are float32: an initial state in another dtype is widened.
+    o_half, _ = linac.torch.forward(
+        layer, initial_state=initial.to(torch.bfloat16), **tensors)
+    o_wide, _ = linac.torch.forward(
+        layer, initial_state=initial.to(torch.bfloat16).float(), **tensors)
+    assert torch.equal(o_half, o_wide)
+
+
+def test_cpp_module_matches_the_ctypes_path(layer, monkeypatch):
+    if linac.torch._torch_ops is None:
+        pytest.skip('linac.torch runs without its C++ module here')
+    arrays, tensors = torch_arguments(layer, 2, 33, 2)
+    initial = torch.randn(2, 2, 16, 16)
+    tensors['q'] = tensors['q'].to(torch.bfloat16)
+    through_cpp = linac.torch.forward(layer, initial_state=initial, **tensors)
+    monkeypatch.setattr(linac.torch, '_torch_ops', None)
+    through_ctypes = linac.torch.forward(layer, initial_state=initial,
+                                         **tensors)
+    assert through_cpp[0].dtype == torch.bfloat16
+    assert all(torch.equal(a, b) for a, b in zip(through_cpp, through_ctypes))
 
 
 def test_decode_updates_the_pool_in_place(layer):

@@ -125,6 +125,36 @@ def test_calls_outside_the_dispatcher_match_the_operator():
     # Without the final state the device writes none and the output stands.
     o, final = linac.torch.forward(layer, output_final_state=False, **tensors)
     assert final is None and torch.equal(o, direct[0])
+    # A state in another dtype or layout is made contiguous float32 first.
+    state = torch.randn(2, 2, layer.state_columns, layer.key_dim,
+                        device='cuda').transpose(-1, -2) * 0.1
+    narrow = linac.torch.forward(layer, initial_state=state.bfloat16(),
+                                 **tensors)
+    wide = linac.torch.forward(
+        layer, initial_state=state.bfloat16().float().contiguous(), **tensors)
+    assert all(torch.equal(a, b) for a, b in zip(narrow, wide))
+
+
+def test_cpp_module_matches_the_ctypes_path(monkeypatch):
+    if linac.torch._torch_ops is None:
+        pytest.skip('linac.torch runs without its C++ module here')
+    layer = opened('gated_deltanet')
+    _, tensors = cuda_arguments(layer, 3, 70, 2, torch.bfloat16)
+    cu_seqlens = torch.tensor([0, 20, 150, 210])
+    flat = {n: t.reshape((1, -1) + t.shape[2:]) if n in layer.inputs else t
+            for n, t in tensors.items()}
+    initial = torch.randn(3, 2, layer.key_dim, layer.state_columns,
+                          device='cuda') * 0.1
+    calls = [dict(tensors, initial_state=initial),
+             dict(flat, cu_seqlens=cu_seqlens),
+             dict(tensors, output_final_state=False)]
+    through_cpp = [linac.torch.forward(layer, **c) for c in calls]
+    monkeypatch.setattr(linac.torch, '_torch_ops', None)
+    through_ctypes = [linac.torch.forward(layer, **c) for c in calls]
+    for cpp, plain in zip(through_cpp, through_ctypes):
+        assert torch.equal(cpp[0], plain[0])
+        assert (cpp[1] is None and plain[1] is None) or torch.equal(cpp[1],
+                                                                    plain[1])
     # Asking for a gradient takes the operator, whose backward refuses.
     first = layer.inputs[0]
     q = tensors[first].clone().requires_grad_()

@@ -5,8 +5,9 @@
 # linac-gpu-check; --parallel P splits the rounds over P checkers side by
 # side (the fp64 reference runs on the host, one core each), each writing
 # its log to build-gpu/check-P.log, and then benchmarks once. --python runs
-# the Python package's tests on CUDA tensors instead (python3 with torch and
-# pytest). Packages default to those tests/gpu/prepare.sh compiled.
+# the Python package's tests on CUDA tensors instead (python3 with torch,
+# its headers and pytest), with linac.torch's C++ module built there.
+# Packages default to those tests/gpu/prepare.sh compiled.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 options=()
@@ -27,8 +28,13 @@ done
 if [ ${#packages[@]} -eq 0 ]; then packages=(.gpu-packages/*.linac); fi
 cmake -G Ninja -S . -B build-gpu -DLINAC_RUNTIME_ONLY=ON \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.deps" >/dev/null
-cmake --build build-gpu --target linac-gpu-check linac-run linac_runtime_shared
 if [ $python -eq 1 ]; then
+  # linac.torch's C++ module too, against this python3's torch; the tests
+  # then require it.
+  cmake -B build-gpu -DLINAC_TORCH_OPS=ON \
+    -DPython_EXECUTABLE="$(command -v python3)" >/dev/null
+  cmake --build build-gpu --target linac_python
+  export LINAC_TORCH_OPS=1
   if [ -d .gpu-python ]; then
     export LINAC_GPU_PACKAGES="$PWD/.gpu-python/packages"
     export LINAC_CACHE_DIR="$PWD/.gpu-python/cache"
@@ -41,6 +47,7 @@ if [ $python -eq 1 ]; then
     exec python3 -m pytest -q -rs -p no:cacheprovider \
       tests/python/test_torch_cuda.py tests/python/test_fla_cuda.py
 fi
+cmake --build build-gpu --target linac-gpu-check linac-run linac_runtime_shared
 check=build-gpu/bin/linac-gpu-check
 if [ "$parallel" -le 1 ]; then
   exec "$check" --bench --rounds "$rounds" "${options[@]}" "${packages[@]}"

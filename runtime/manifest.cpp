@@ -203,13 +203,27 @@ void checkFile(const std::string &file, const std::string &field) {
     throw SchemaError(field + " '" + file + "' is not a file of the package");
 }
 
+/// The file of the package's forward kernels for `isa` (a CPU package
+/// holds one file per instruction set, a GPU package one file).
+const std::string &kernelFileFor(const Manifest &manifest,
+                                 std::optional<CpuIsa> isa) {
+  for (const Kernel &kernel : manifest.kernels)
+    if (kernel.isa == isa)
+      return kernel.file;
+  return manifest.kernels.front().file;
+}
+
 void checkKernel(const Manifest &manifest, const Kernel &kernel,
                  const std::string &field) {
   checkFile(kernel.file, field + ".file");
-  if (kernel.file != manifest.kernels.front().file)
+  if (kernel.isa && isGpu(manifest.target))
+    throw SchemaError(field + ".isa is " +
+                      std::string(nameOf(*kernel.isa)) +
+                      "; only CPU kernels name one");
+  const std::string &file = kernelFileFor(manifest, kernel.isa);
+  if (kernel.file != file)
     throw SchemaError(field + ".file '" + kernel.file +
-                      "' is not the package's kernel file '" +
-                      manifest.kernels.front().file + "'");
+                      "' is not the package's kernel file '" + file + "'");
   if (isGpu(manifest.target) && (!kernel.blockThreads || !kernel.sharedMemory))
     throw SchemaError(field + " '" + kernel.entry +
                       "' has no block_threads or shared_memory");
@@ -345,6 +359,22 @@ std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file) {
                        dtype, Family::Recurrent, plan.decodeBlockThreads,
                        plan.decodeSharedMemory});
   return kernels;
+}
+
+void addIsaVariant(Manifest &manifest, CpuIsa isa, const std::string &file) {
+  for (std::vector<Kernel> *kernels :
+       {&manifest.kernels, &manifest.decode.kernels}) {
+    const size_t count = kernels->size();
+    for (size_t i = 0; i < count; ++i) {
+      if ((*kernels)[i].isa.value_or(CpuIsa::Baseline) != CpuIsa::Baseline)
+        continue;
+      (*kernels)[i].isa = CpuIsa::Baseline;
+      Kernel variant = (*kernels)[i];
+      variant.file = file;
+      variant.isa = isa;
+      kernels->push_back(variant);
+    }
+  }
 }
 
 Manifest read(const std::string &text) {

@@ -29,6 +29,43 @@ const char *dtypeName(DType dtype) {
   return name.empty() ? nullptr : name.data();
 }
 
+/// Whether this host runs a CPU kernel file built for `isa`, at most the
+/// instruction set LINAC_CPU_ISA names when it is set (to test the
+/// baseline's file on a host that has more).
+static bool hostRuns(manifest::CpuIsa isa) {
+  if (const char *cap = std::getenv("LINAC_CPU_ISA")) {
+    std::optional<manifest::CpuIsa> most = manifest::parse<manifest::CpuIsa>(cap);
+    if (!most)
+      throw argumentError(std::string("LINAC_CPU_ISA is '") + cap +
+                          "'; expected " + manifest::namesOf<manifest::CpuIsa>());
+    if (isa > *most)
+      return false;
+  }
+  switch (isa) {
+  case manifest::CpuIsa::Baseline:
+    return true;
+  case manifest::CpuIsa::Avx2Fma:
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+  }
+  return false;
+}
+
+/// Of a CPU package's entries, the one for the richest instruction set
+/// this host runs.
+static const manifest::Kernel &
+cpuKernelFor(const std::vector<manifest::Kernel> &kernels) {
+  const manifest::Kernel *best = &kernels.front();
+  for (const manifest::Kernel &kernel : kernels)
+    if (kernel.isa && hostRuns(*kernel.isa) &&
+        *kernel.isa > best->isa.value_or(manifest::CpuIsa::Baseline))
+      best = &kernel;
+  return *best;
+}
+
 static std::string readFile(const std::string &path, const std::string &file) {
   std::ifstream in(path + "/" + file, std::ios::binary | std::ios::ate);
   std::streamoff size = in ? std::streamoff(in.tellg()) : -1;
@@ -137,8 +174,17 @@ void Package::readManifest(const std::string &path, Package *package) {
   package->maxDecodeTokens_ = info.decode.maxTokens;
   package->kernelFile_ = info.kernels.front().file;
   if (!device) {
-    package->forwardEntry_ = info.kernels.front().entry;
-    package->decodeEntry_ = info.decode.kernels.front().entry;
+    const manifest::Kernel &forward = cpuKernelFor(info.kernels);
+    const manifest::Kernel &decode = cpuKernelFor(info.decode.kernels);
+    if (forward.file != decode.file)
+      throw packageError(path, "the forward and decode entries for " +
+                                   std::string(manifest::nameOf(
+                                       forward.isa.value_or(
+                                           manifest::CpuIsa::Baseline))) +
+                                   " are in different files");
+    package->kernelFile_ = forward.file;
+    package->forwardEntry_ = forward.entry;
+    package->decodeEntry_ = decode.entry;
     return;
   }
   if (package->inputs_.size() > LINAC_CUDA_MAX_ARGUMENTS ||
@@ -174,8 +220,13 @@ void Package::loadKernels(const std::string &path) {
     return;
   }
   // dlopen maps the file, and a file shorter than its headers say faults
-  // there: check the bytes first.
+  // there: check the bytes first. The files of other instruction sets are
+  // checked too: a package is whole or refused, whichever file this host
+  // takes.
   verifiedBinary(path, manifest_, integrity, kernelFile_);
+  for (const manifest::Kernel &kernel : info_.kernels)
+    if (kernel.file != kernelFile_)
+      verifiedBinary(path, manifest_, integrity, kernel.file);
   std::string library = path + "/" + kernelFile_;
   library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!library_)

@@ -298,14 +298,16 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.lateSharedInputs = std::vector<int64_t>(late.begin(), late.end());
   }
   // A scalar log-gate difference is safe to exponentiate on the whole tile;
-  // per-channel gates need per-pair differences (the CPU) or sub-chunks with
-  // a local reference point (GPUs).
+  // per-channel gates need sub-chunks with a local reference point (GPUs),
+  // reference points on the CPU's products, or per-pair differences (the
+  // CPU, with a value-side decay).
   bool vectorGate = form.keyDecay == KeyDecay::Vector || form.valueDecay;
   plan.gateNumerics = !vectorGate && form.keyDecay == KeyDecay::None
                           ? GateNumerics::None
-                      : !vectorGate ? GateNumerics::ScalarTile
-                      : gpu         ? GateNumerics::Subchunk
-                                    : GateNumerics::Pairwise;
+                      : !vectorGate    ? GateNumerics::ScalarTile
+                      : gpu            ? GateNumerics::Subchunk
+                      : form.valueDecay ? GateNumerics::Pairwise
+                                        : GateNumerics::Reference;
   if (plan.gateNumerics == GateNumerics::Subchunk)
     plan.subchunkSize = 16;
   if (gpu) {

@@ -113,43 +113,37 @@ public:
     if (initialState)
       initial = contiguousAs(*initialState, at::kFloat);
 
-    const int64_t *cuData = cu.defined() ? cu.data_ptr<int64_t>() : nullptr;
-    const size_t cuCount = cu.defined() ? size_t(cu.numel()) : 0;
-    float *initialData =
-        initial.defined() ? initial.data_ptr<float>() : nullptr;
-    float *finalData = final ? final->data_ptr<float>() : nullptr;
+    // The fields the host's and the device's arguments share; the tensor
+    // structs point into `tensors`, which outlive the call.
+    auto fill = [&](auto &args, auto &arguments) {
+      for (size_t i = 0; i < tensors.size(); ++i)
+        arguments[i] = {names_[i].c_str(),
+                        static_cast<decltype(arguments[i].data)>(
+                            tensors[i].data_ptr()),
+                        int32_t(tensors[i].dim()), tensors[i].sizes().data()};
+      args.tensors = arguments.data();
+      args.num_tensors = arguments.size();
+      args.cu_seqlens = cu.defined() ? cu.data_ptr<int64_t>() : nullptr;
+      args.num_cu_seqlens = cu.defined() ? size_t(cu.numel()) : 0;
+      args.initial_state =
+          initial.defined() ? initial.data_ptr<float>() : nullptr;
+      args.final_state = final ? final->data_ptr<float>() : nullptr;
+      args.scale = float(scale);
+    };
     int status;
     if (device) {
       std::vector<linac_device_tensor> arguments(tensors.size());
-      for (size_t i = 0; i < tensors.size(); ++i)
-        arguments[i] = {names_[i].c_str(), tensors[i].data_ptr(),
-                        int32_t(tensors[i].dim()), tensors[i].sizes().data()};
       linac_device_forward_args args{};
-      args.tensors = arguments.data();
-      args.num_tensors = arguments.size();
+      fill(args, arguments);
       args.dtype = dtype;
-      args.cu_seqlens = cuData;
-      args.num_cu_seqlens = cuCount;
-      args.initial_state = initialData;
-      args.final_state = finalData;
       args.output = output.data_ptr();
-      args.scale = float(scale);
       args.stream = reinterpret_cast<void *>(stream);
       status = forwardDevice_(package_, &args);
     } else {
       std::vector<linac_host_tensor> arguments(tensors.size());
-      for (size_t i = 0; i < tensors.size(); ++i)
-        arguments[i] = {names_[i].c_str(), tensors[i].data_ptr<float>(),
-                        int32_t(tensors[i].dim()), tensors[i].sizes().data()};
       linac_forward_args args{};
-      args.tensors = arguments.data();
-      args.num_tensors = arguments.size();
-      args.cu_seqlens = cuData;
-      args.num_cu_seqlens = cuCount;
-      args.initial_state = initialData;
-      args.final_state = finalData;
+      fill(args, arguments);
       args.output = output.data_ptr<float>();
-      args.scale = float(scale);
       // The host kernel runs on its own threads for as long as it takes.
       py::gil_scoped_release release;
       status = forwardHost_(package_, &args);

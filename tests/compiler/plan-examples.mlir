@@ -29,19 +29,19 @@
 // GATEDRFA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", target = "cpu"}
 
 // GATELOOP: linac.layer @gateloop
-// GATELOOP-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}
+// GATELOOP-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "reference", target = "cpu"}
 
 // GDN2: linac.layer @gdn2
-// GDN2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "pairwise", target = "cpu"}
+// GDN2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "reference", target = "cpu"}
 
 // GLA: linac.layer @gla
-// GLA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}
+// GLA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "reference", target = "cpu"}
 
 // HGRN2: linac.layer @hgrn2
-// HGRN2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}
+// HGRN2-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "reference", target = "cpu"}
 
 // KDA: linac.layer @kda
-// KDA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "pairwise", target = "cpu"}
+// KDA-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "delta_chunkwise", gate_numerics = "reference", target = "cpu"}
 
 // LINEARATTENTION: linac.layer @linear_attention
 // LINEARATTENTION-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "none", target = "cpu"}
@@ -59,7 +59,7 @@
 // RETNET-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "scalar_tile", target = "cpu"}
 
 // RWKV6: linac.layer @rwkv6
-// RWKV6-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}
+// RWKV6-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "reference", target = "cpu"}
 
 // TWOSIDED: linac.layer @two_sided
 // TWOSIDED-SAME: linac.plan = {chunk_size = 64 : i64, decode_state_layout = "key_major", family = "chunkwise", gate_numerics = "pairwise", target = "cpu"}

@@ -85,6 +85,11 @@ int runLinac(const std::string &args, std::string &errors,
 
 class PackageIntegrity : public testing::Test {
 protected:
+  /// The tests change layer.so, so the runtime (and `linac` run from here)
+  /// loads that file, not the AVX2 build beside it.
+  void SetUp() override { setenv("LINAC_CPU_ISA", "baseline", 1); }
+  void TearDown() override { unsetenv("LINAC_CPU_ISA"); }
+
   /// Linear attention: inputs q, k, v, no parameters.
   fs::path good = compiledPath(example("linear_attention"), kDims, workDir());
 
@@ -208,6 +213,20 @@ TEST_F(PackageIntegrity, ChangedLibrary) {
   expectRefused(package, "layer.so has SHA-256 " + linac::sha256Hex(library) +
                              ", but integrity.files.layer.so.sha256 in "
                              "manifest.json records");
+}
+
+TEST_F(PackageIntegrity, ChangedLibraryOfAnotherInstructionSet) {
+  // Every kernel file is checked at open, not only the one loaded.
+  fs::path package = copy();
+  if (!fs::exists(good / "layer.avx2_fma.so"))
+    GTEST_SKIP() << "a package built off x86-64 has one kernel file";
+  std::string library = readText(good / "layer.avx2_fma.so");
+  library[library.size() / 2] ^= 0x40;
+  writeText(package / "layer.avx2_fma.so", library);
+  expectRefused(package, "layer.avx2_fma.so has SHA-256 " +
+                             linac::sha256Hex(library) +
+                             ", but integrity.files.layer.avx2_fma.so.sha256 "
+                             "in manifest.json records");
 }
 
 TEST_F(PackageIntegrity, EditedManifests) {
@@ -347,7 +366,9 @@ TEST_F(PackageIntegrity, ACrashReportCannotHang) {
   std::string command = std::string(compiler ? compiler : "c++") +
                         " -std=c++17 -O2 -fPIC -shared -pthread -I" +
                         LINAC_TEMPLATES_DIR + " " +
-                        (package / "layer.cpp").string() + " -o " +
+                        (package / "layer.cpp").string() + " " +
+                        LINAC_CPU_PRODUCTS_DIR +
+                        "/liblinac_cpu_products_baseline.a -o " +
                         (package / "layer.so").string();
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   resealLibrary(package);
@@ -361,7 +382,9 @@ TEST_F(PackageIntegrity, ACrashReportCannotHang) {
       "run " + package.string() + " --inputs " +
           writeInputs("crash_in").string() + " --outputs " +
           (workDir() / "out").string(),
-      errors, "LLVM_SYMBOLIZER_PATH=" + symbolizer.string() + " timeout 120");
+      // The baseline's library, the one rebuilt to trap.
+      errors, "LINAC_CPU_ISA=baseline LLVM_SYMBOLIZER_PATH=" +
+                  symbolizer.string() + " timeout 120");
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_NE(WEXITSTATUS(status), 124) << "the crash report hung";
   // Ended by a signal (timeout reports 128 + its number).

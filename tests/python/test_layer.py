@@ -89,8 +89,13 @@ def relative_error(got, want):
     return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
 
 
+# None: the kernel file of the richest instruction set this host runs;
+# baseline: the file every x86-64 host runs (LINAC_CPU_ISA caps the choice).
+@pytest.mark.parametrize('isa', [None, 'baseline'])
 @pytest.mark.parametrize('name', sorted(SPECS))
-def test_forward_matches_the_reference(name, cache):
+def test_forward_matches_the_reference(name, isa, cache, monkeypatch):
+    if isa:
+        monkeypatch.setenv('LINAC_CPU_ISA', isa)
     layer = linac.compile(SPECS[name], cache=cache)
     rng = np.random.default_rng()
     tensors = random_arguments(layer, 2, 70, 2, rng)
@@ -104,6 +109,14 @@ def test_forward_matches_the_reference(name, cache):
                                        initial_state=initial)
     assert relative_error(o, want_o) < TOLERANCE
     assert relative_error(final, want_final) < TOLERANCE
+
+
+def test_an_unknown_instruction_set_cap_is_refused(cache, monkeypatch):
+    path = linac.compile(SPECS['scalar_delta'], cache=cache).path
+    monkeypatch.setenv('LINAC_CPU_ISA', 'avx9')
+    with pytest.raises(linac.Error, match="LINAC_CPU_ISA is 'avx9'; expected "
+                       'baseline or avx2_fma'):
+        linac.load(path)
 
 
 def test_variable_lengths_and_grouped_heads(cache):

@@ -25,9 +25,9 @@ namespace linac::output {
 namespace {
 
 /// The files a package holds; a directory of these alone is one linac wrote.
-constexpr const char *kPackageFiles[] = {"manifest.json", "layer.mlir",
-                                         "layer.cpp",     "layer.so",
-                                         "layer.cu",      "layer.cubin"};
+constexpr const char *kPackageFiles[] = {
+    "manifest.json", "layer.mlir", "layer.cpp",  "layer.so",
+    "layer.avx2_fma.so", "layer.cu", "layer.cubin"};
 
 /// Registered temporaries, strdup'ed; the handler only reads them.
 constexpr int kSlots = 8;

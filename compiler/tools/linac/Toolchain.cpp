@@ -32,6 +32,14 @@ static std::string templatesDir() {
   return LINAC_TEMPLATES_DIR;
 }
 
+/// The CPU packages' products, one archive per instruction set
+/// (templates/CMakeLists.txt).
+static std::string productsArchive(StringRef isa) {
+  const char *dir = std::getenv("LINAC_CPU_PRODUCTS");
+  return fmt::format("{}/liblinac_cpu_products_{}.a",
+                     dir ? dir : LINAC_CPU_PRODUCTS_DIR, isa.str());
+}
+
 std::optional<Toolchain> toolchain::find(StringRef target,
                                         std::string &error) {
   Toolchain tools;
@@ -54,9 +62,21 @@ std::optional<Toolchain> toolchain::find(StringRef target,
   }
   tools.program = *program;
   if (target == "cpu") {
-    tools.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", include};
+    tools.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-pthread",
+                   include,
+                   "-Wl,--version-script=" + templatesDir() +
+                       "/linac/cpu/exports.map"};
     tools.source = "layer.cpp";
     tools.kernel = "layer.so";
+    tools.libraries = {productsArchive("baseline")};
+#if defined(__x86_64__)
+    // The products run Eigen's kernels at the width the file is built for:
+    // SSE2 in the baseline, 8 lanes and fused multiply-adds here.
+    tools.isaVariants.push_back({manifest::CpuIsa::Avx2Fma,
+                                 "layer.avx2_fma.so",
+                                 {"-mavx2", "-mfma"},
+                                 {productsArchive("avx2_fma")}});
+#endif
   } else {
     // The a-suffixed targets need -gencode: -arch=sm_90a also runs a plain
     // sm_90 pass.
@@ -72,18 +92,15 @@ std::optional<Toolchain> toolchain::find(StringRef target,
   return tools;
 }
 
-/// Runs `program args...`, returning its exit status; its output goes to
-/// `capture` when given.
+/// Runs `program args...` with its output to the file `capture`, returning
+/// its exit status.
 static int execute(const std::string &program,
                    const std::vector<std::string> &args, std::string &error,
-                   StringRef capture = "") {
+                   StringRef capture) {
   SmallVector<StringRef> argv{program};
   for (const std::string &arg : args)
     argv.push_back(arg);
   std::optional<StringRef> redirects[] = {std::nullopt, capture, capture};
-  if (capture.empty())
-    return llvm::sys::ExecuteAndWait(program, argv, std::nullopt, {}, 0, 0,
-                                     &error);
   return llvm::sys::ExecuteAndWait(program, argv, std::nullopt, redirects, 0,
                                    0, &error);
 }
@@ -118,6 +135,14 @@ static std::string toolchainFingerprint(const Toolchain &tools) {
   return text;
 }
 
+/// A file's path and the SHA-256 of its bytes, for a cache key.
+static std::string fileKey(const std::string &path) {
+  return path + " " +
+         llvm::toHex(llvm::SHA256::hash(
+                         llvm::arrayRefFromStringRef(readFile(path))),
+                     true);
+}
+
 static std::string cacheDir() {
   if (const char *dir = std::getenv("LINAC_CACHE_DIR"))
     return dir;
@@ -133,32 +158,69 @@ static std::string cacheDir() {
 }
 
 bool toolchain::build(const Toolchain &tools, StringRef source,
-                      StringRef kernel, StringRef sourceText,
+                      llvm::ArrayRef<KernelBuild> builds, StringRef sourceText,
                       std::string &error) {
-  std::string key = llvm::toHex(
-      llvm::SHA256::hash(llvm::arrayRefFromStringRef(
-          toolchainFingerprint(tools) + "\n" + sourceText.str())),
-      true);
+  std::string fingerprint = toolchainFingerprint(tools);
   std::string cache = cacheDir();
-  std::string cached = cache.empty() ? "" : cache + "/" + key;
-  if (!cached.empty() && fs::exists(cached) && !fs::copy_file(cached, kernel))
-    return true;
-
-  std::vector<std::string> args = tools.flags;
-  for (StringRef arg : {source, StringRef("-o"), kernel})
-    args.push_back(arg.str());
-  std::string why;
-  if (execute(tools.program, args, why) != 0) {
-    error = fmt::format("{} failed on {} {}", tools.program, source.str(), why);
-    return false;
+  struct Running {
+    const KernelBuild *build;
+    std::string cached;
+    llvm::sys::ProcessInfo process;
+  };
+  std::vector<Running> running;
+  // Every file the cache lacks is compiled at once, one process each.
+  for (const KernelBuild &build : builds) {
+    std::string flags;
+    for (const std::string &flag : build.flags)
+      flags += " " + flag;
+    for (const std::string &library : build.libraries)
+      flags += " " + fileKey(library);
+    std::string key = llvm::toHex(
+        llvm::SHA256::hash(llvm::arrayRefFromStringRef(
+            fingerprint + flags + "\n" + sourceText.str())),
+        true);
+    std::string cached = cache.empty() ? "" : cache + "/" + key;
+    if (!cached.empty() && fs::exists(cached) &&
+        !fs::copy_file(cached, build.kernel))
+      continue;
+    SmallVector<StringRef> argv{tools.program};
+    for (const std::string &arg : tools.flags)
+      argv.push_back(arg);
+    for (const std::string &arg : build.flags)
+      argv.push_back(arg);
+    argv.push_back(source);
+    for (const std::string &library : build.libraries)
+      argv.push_back(library);
+    for (StringRef arg : {StringRef("-o"), StringRef(build.kernel)})
+      argv.push_back(arg);
+    std::string why;
+    llvm::sys::ProcessInfo process =
+        llvm::sys::ExecuteNoWait(tools.program, argv, std::nullopt, {}, 0, &why);
+    if (process.Pid == llvm::sys::ProcessInfo::InvalidPid) {
+      error = fmt::format("cannot run {}: {}", tools.program, why);
+      return false;
+    }
+    running.push_back({&build, cached, process});
   }
-  if (!cached.empty() && !fs::create_directories(cache)) {
+  bool built = true;
+  for (Running &run : running) {
+    std::string why;
+    llvm::sys::ProcessInfo done =
+        llvm::sys::Wait(run.process, std::nullopt, &why);
+    if (done.ReturnCode != 0) {
+      if (built)
+        error = fmt::format("{} failed on {} {}", tools.program, source.str(),
+                            why);
+      built = false;
+      continue;
+    }
+    if (run.cached.empty() || fs::create_directories(cache))
+      continue;
     linac::output::Temporary staging(
-        fmt::format("{}.tmp{}", cached, getpid()));
-    if (!fs::copy_file(kernel, staging.path()) &&
-        !fs::rename(staging.path(), cached))
+        fmt::format("{}.tmp{}", run.cached, getpid()));
+    if (!fs::copy_file(run.build->kernel, staging.path()) &&
+        !fs::rename(staging.path(), run.cached))
       staging.release();
   }
-  return true;
+  return built;
 }
-

@@ -9,6 +9,9 @@
 #ifndef LINAC_TOOLS_TOOLCHAIN_H
 #define LINAC_TOOLS_TOOLCHAIN_H
 
+#include "linac/manifest.h"
+
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <optional>
@@ -17,25 +20,46 @@
 
 namespace linac::toolchain {
 
+/// A CPU kernel file built for more instructions than the baseline's,
+/// beside the baseline's own.
+struct IsaVariant {
+  manifest::CpuIsa isa;
+  std::string kernel; ///< its file name inside the package
+  std::vector<std::string> flags, libraries;
+};
+
 /// How a target's generated source becomes its kernel file.
 struct Toolchain {
   std::string program; ///< the compiler's path
   std::vector<std::string> flags;
   std::string source, kernel; ///< file names inside the package
+  /// Linked after the source: the CPU products' archive.
+  std::vector<std::string> libraries;
+  /// Kernel files of the same source for richer instruction sets (cpu on
+  /// x86-64 hosts).
+  std::vector<IsaVariant> isaVariants;
 };
 
 /// The host compiler (CXX, default c++) for cpu, nvcc (NVCC, else on the
 /// PATH or in /usr/local/cuda/bin) for sm_90a and sm_80; or sets `error`.
 std::optional<Toolchain> find(llvm::StringRef target, std::string &error);
 
-/// Compiles the file `source`, whose text is `sourceText`, into `kernel`,
-/// or copies the kernel an earlier compilation of the same text with the
-/// same toolchain and templates left in the cache (LINAC_CACHE_DIR, else
-/// $XDG_CACHE_HOME/linac or ~/.cache/linac). Cache entries are written under
-/// a private name and renamed, so processes compiling the same spec at once
-/// never see a partial file. Returns false and sets `error` on failure.
+/// A kernel file to build: its path and the flags it takes beyond the
+/// toolchain's.
+struct KernelBuild {
+  std::string kernel;
+  std::vector<std::string> flags, libraries;
+};
+
+/// Compiles the file `source`, whose text is `sourceText`, into each of
+/// `builds`' kernel files, side by side, or copies the kernel an earlier
+/// compilation of the same text with the same toolchain, flags and templates
+/// left in the cache (LINAC_CACHE_DIR, else $XDG_CACHE_HOME/linac or
+/// ~/.cache/linac). Cache entries are written under a private name and
+/// renamed, so processes compiling the same spec at once never see a
+/// partial file. Returns false and sets `error` on failure.
 bool build(const Toolchain &tools, llvm::StringRef source,
-           llvm::StringRef kernel, llvm::StringRef sourceText,
+           llvm::ArrayRef<KernelBuild> builds, llvm::StringRef sourceText,
            std::string &error);
 
 /// A file's bytes, or "" where it cannot be read.

@@ -233,6 +233,8 @@ static int compile() {
 
   linac::manifest::Manifest contents =
       manifestOf(layer, *form, *plan, hash, tools->kernel);
+  for (const linac::toolchain::IsaVariant &variant : tools->isaVariants)
+    linac::manifest::addIsaVariant(contents, variant.isa, variant.kernel);
   // The kernel file carries the hash of the manifest's contract, and the
   // manifest the kernel file's size and hash.
   std::string contract =
@@ -242,15 +244,22 @@ static int compile() {
     contents.integrity = linac::manifest::Integrity{
         contract,
         {{tools->kernel, recordOf(staging.path() + "/" + tools->kernel)}}};
+    for (const linac::toolchain::IsaVariant &variant : tools->isaVariants)
+      contents.integrity->files[variant.kernel] =
+          recordOf(staging.path() + "/" + variant.kernel);
     return write("manifest.json", linac::manifest::write(contents));
   };
 
   if (failed(write(tools->source, *source)) ||
       failed(write("layer.mlir", normalized)))
     return fail("could not write the package " + out);
+  std::vector<linac::toolchain::KernelBuild> builds{
+      {staging.path() + "/" + tools->kernel, {}, tools->libraries}};
+  for (const linac::toolchain::IsaVariant &variant : tools->isaVariants)
+    builds.push_back({staging.path() + "/" + variant.kernel, variant.flags,
+                      variant.libraries});
   if (!linac::toolchain::build(*tools, staging.path() + "/" + tools->source,
-                               staging.path() + "/" + tools->kernel, *source,
-                               error))
+                               builds, *source, error))
     return fail(error);
   if (failed(writeManifest()))
     return fail("could not write the package " + out);

@@ -44,9 +44,12 @@ enum class Write { None, Plain, Scalar, Vector };
 /// Whether the read sees the state after the token's transitions or before.
 enum class ReadOrder { After, Before };
 /// How chunkwise kernels form gate differences: no gate, a scalar gate's
-/// whole tile, per-pair differences (CPU) or sub-chunks (GPUs).
-enum class GateNumerics { None, ScalarTile, Pairwise, Subchunk };
+/// whole tile, a per-channel gate split through reference log-gates (CPU),
+/// per-pair differences (CPU, value-side decays) or sub-chunks (GPUs).
+enum class GateNumerics { None, ScalarTile, Reference, Pairwise, Subchunk };
 enum class ChunkKernel { Lockstep, Pipelined };
+/// The instructions a CPU kernel file needs beyond x86-64's baseline.
+enum class CpuIsa { Baseline, Avx2Fma };
 enum class StateLayout { KeyMajor };
 enum class DecodeStaging { Direct, Bulk, Tensor };
 enum class DecodePlacement { BodyOrder, FirstUse };
@@ -84,10 +87,13 @@ LINAC_ENUM_NAMES(ReadOrder, {{ReadOrder::After, "after"},
                              {ReadOrder::Before, "before"}})
 LINAC_ENUM_NAMES(GateNumerics, {{GateNumerics::None, "none"},
                                 {GateNumerics::ScalarTile, "scalar_tile"},
+                                {GateNumerics::Reference, "reference"},
                                 {GateNumerics::Pairwise, "pairwise"},
                                 {GateNumerics::Subchunk, "subchunk"}})
 LINAC_ENUM_NAMES(ChunkKernel, {{ChunkKernel::Lockstep, "lockstep"},
                                {ChunkKernel::Pipelined, "pipelined"}})
+LINAC_ENUM_NAMES(CpuIsa, {{CpuIsa::Baseline, "baseline"},
+                          {CpuIsa::Avx2Fma, "avx2_fma"}})
 LINAC_ENUM_NAMES(StateLayout, {{StateLayout::KeyMajor, "key_major"}})
 LINAC_ENUM_NAMES(DecodeStaging, {{DecodeStaging::Direct, "direct"},
                                  {DecodeStaging::Bulk, "bulk"},
@@ -261,12 +267,14 @@ std::vector<int64_t> trailingDims(Kind kind, int64_t keyDim, int64_t valueDim);
 std::string shapeText(Role role, Kind kind);
 
 /// A kernel entry in the package's kernel file. Launch shapes are a CUDA
-/// kernel's.
+/// kernel's; a CPU kernel names the instructions its file needs, and the
+/// runtime takes the file of the most the host has.
 struct Kernel {
   std::string entry, file;
   DType dtype = DType::Float32;
   Family family = Family::Recurrent;
   std::optional<int64_t> blockThreads, sharedMemory;
+  std::optional<CpuIsa> isa;
 
   template <typename Self, typename Visit>
   static void fields(Self &self, Visit &&visit) {
@@ -276,6 +284,7 @@ struct Kernel {
     visit("family", self.family);
     visit("block_threads", self.blockThreads, kThreadBounds);
     visit("shared_memory", self.sharedMemory, kSharedMemoryBounds);
+    visit("isa", self.isa);
   }
 };
 
@@ -411,6 +420,11 @@ struct SchemaError : std::runtime_error {
 Manifest read(const std::string &text);
 /// The manifest's text, as a package holds it.
 std::string write(const Manifest &manifest);
+
+/// Adds a CPU package's forward and decode entries in `file`, built for
+/// `isa`, after the baseline's (those without an isa, which get the
+/// baseline's).
+void addIsaVariant(Manifest &manifest, CpuIsa isa, const std::string &file);
 
 /// A tensor a call passes besides the layer's inputs and parameters.
 struct RuntimeArgument {

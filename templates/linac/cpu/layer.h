@@ -18,6 +18,7 @@
 
 #include "linac/contract.h"
 #include "linac/cpu/abi.h"
+#include "linac/cpu/chunk.h"
 #include "linac/cpu/vec.h"
 #include "linac/gates.h"
 
@@ -168,14 +169,15 @@ void scanSequence(const linac_cpu_forward_args &args, int64_t seq,
     state.store(args.final_state + stateOffset);
 }
 
-/// The chunkwise algorithm (docs/design.md) for one sequence and head.
-/// Every gate factor is exp of a difference of cumulative log-gates taken
-/// per pair (t, j) with j <= t, so exponents are never positive and no
-/// cumulative decay or its inverse is formed alone; each token's log-gate is
-/// first raised to gates.h's floor.
+/// The chunkwise algorithm (docs/design.md) for one sequence and head of
+/// a layer with a value-side decay, whose factors differ for every pair,
+/// key channel and value column. Every gate factor is exp of a difference of
+/// cumulative log-gates taken per pair (t, j) with j <= t, so exponents are
+/// never positive and no cumulative decay or its inverse is formed alone;
+/// each token's log-gate is first raised to gates.h's floor.
 template <typename Layer>
-void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
-                   int64_t head) {
+void pairwiseChunkSequence(const linac_cpu_forward_args &args, int64_t seq,
+                           int64_t head) {
   constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
   constexpr bool N = Layer::kNormalizer;
   constexpr int U = V + (N ? 1 : 0);
@@ -389,10 +391,30 @@ template <typename Layer> int decode(const linac_cpu_decode_args &args) {
   return 0;
 }
 
+/// The chunkwise algorithm by matrix products (chunk.h) for one sequence
+/// and head of a layer without a value-side decay.
+template <typename Layer>
+void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
+                   int64_t head) {
+  constexpr int K = Layer::K, V = Layer::V;
+  constexpr bool N = Layer::kNormalizer;
+  State<K, V, N> state;
+  size_t stateOffset = size_t(seq * args.num_heads + head) * state.kSize;
+  if (args.initial_state)
+    state.load(args.initial_state + stateOffset);
+  chunkSequenceByProducts<Layer, Token<Layer>, State<K, V, N>,
+                          Operands<K, V, N>>(args, seq, head, state,
+                                             readScale<Layer>(args));
+  if (args.final_state)
+    state.store(args.final_state + stateOffset);
+}
+
 template <typename Layer> int forward(const linac_cpu_forward_args &args) {
   forEachHead(args.num_seqs, args.num_heads, [&](int64_t seq, int64_t head) {
     if constexpr (Layer::kRecurrent)
       scanSequence<Layer>(args, seq, head);
+    else if constexpr (Layer::kValueDecay)
+      pairwiseChunkSequence<Layer>(args, seq, head);
     else
       chunkSequence<Layer>(args, seq, head);
   });

@@ -1,0 +1,75 @@
+//===- chunk.h - the chunkwise forward on the CPU, by matrix products -*- C++ -*-===//
+//
+// The chunkwise algorithm of docs/design.md for layers without a value-side
+// decay: each chunk's operands from the generated prologue, gathered into
+// row-major matrices with their cumulative log-gates, go to chunkForward
+// (products.h) for the products, and its reads to the generated epilogue.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_CPU_CHUNK_H
+#define LINAC_CPU_CHUNK_H
+
+#include "linac/cpu/abi.h"
+#include "linac/cpu/products.h"
+#include "linac/cpu/vec.h"
+#include "linac/gates.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace linac::cpu {
+
+/// The chunkwise forward of one sequence and head (docs/design.md), for a
+/// layer without a value-side decay.
+template <typename Layer, typename Token, typename State, typename Operands>
+void chunkSequenceByProducts(const linac_cpu_forward_args &args, int64_t seq,
+                             int64_t head, State &state, float scale) {
+  constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
+  constexpr bool N = Layer::kNormalizer;
+  constexpr int U = V + (N ? 1 : 0);
+  static_assert(!Layer::kValueDecay, "value-side decays take the pairwise path");
+
+  std::vector<float> q(C * K), k(C * K), e(C * K), u(C * U), out(C * U);
+  std::vector<double> lam(C * K), lamQ(C * K);
+  const Chunk chunk{C,       K,        U,        Layer::kErase,
+                    Layer::kReadBefore, Layer::kUniformKeyGate,
+                    q.data(), k.data(), e.data(), u.data(),
+                    lam.data(), lamQ.data()};
+  Operands ops;
+
+  for (int64_t start = args.cu_seqlens[seq]; start < args.cu_seqlens[seq + 1];
+       start += C) {
+    const int L = int(std::min<int64_t>(C, args.cu_seqlens[seq + 1] - start));
+    for (int t = 0; t < C; ++t) {
+      // A short last chunk: rows of zeros, whose gates stay where they
+      // were, change no product.
+      if (t < L)
+        Layer::prologue(Token{args, start + t, head}, ops);
+      else
+        ops = Operands{};
+      for (int d = 0; d < K; ++d) {
+        q[t * K + d] = ops.q[d] * scale;
+        k[t * K + d] = ops.k[d];
+        e[t * K + d] = ops.e[d];
+        const double before = t ? lam[(t - 1) * K + d] : 0.0;
+        lam[t * K + d] = before + floorLogGate(ops.gk[d]);
+        lamQ[t * K + d] = Layer::kReadBefore ? before : lam[t * K + d];
+      }
+      std::copy(ops.u.x.begin(), ops.u.x.end(), u.begin() + t * U);
+    }
+    chunkForward(chunk, state.s.data(), out.data());
+    for (int t = 0; t < L; ++t) {
+      Vec<U> raw;
+      std::copy(out.begin() + t * U, out.begin() + (t + 1) * U, raw.x.begin());
+      const int64_t token = start + t;
+      Layer::epilogue(Token{args, token, head},
+                      State::template normalize<V, N>(raw),
+                      args.output + (token * args.num_heads + head) * V);
+    }
+  }
+}
+
+} // namespace linac::cpu
+
+#endif // LINAC_CPU_CHUNK_H

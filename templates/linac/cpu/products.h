@@ -1,0 +1,35 @@
+//===- products.h - a chunk's matrix products on the CPU --------*- C++ -*-===//
+//
+// The layer-independent half of the CPU's chunkwise forward: chunk.h
+// gathers a chunk's operands from the generated prologue, chunkForward
+// (products.cpp, compiled when linac is built) does the products.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_CPU_PRODUCTS_H
+#define LINAC_CPU_PRODUCTS_H
+
+namespace linac::cpu {
+
+/// One chunk of `rows` tokens (a short chunk padded with zero rows whose
+/// log-gates repeat its last), every matrix row-major.
+struct Chunk {
+  int rows, keys, columns; ///< C, K and the state's columns U
+  bool erase, readBefore;
+  /// Every key channel's log-gates are the same (no gate, fixed or scalar).
+  bool uniformGate;
+  const float *q;       ///< [C, K], the read's scale applied
+  const float *k, *e;   ///< [C, K]
+  const float *u;       ///< [C, U]
+  /// Cumulative log-gates from the chunk's start [C, K], and the ones the
+  /// query sees (a token back when reading before the write).
+  const double *lam, *lamQ;
+};
+
+/// The chunk's reads before the epilogue (`out`, [C, U]) and the state
+/// ([K, U]) carried across it, in place.
+void chunkForward(const Chunk &chunk, float *state, float *out);
+
+} // namespace linac::cpu
+
+#endif // LINAC_CPU_PRODUCTS_H

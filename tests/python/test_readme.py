@@ -15,4 +15,5 @@ def test_quick_start_runs(monkeypatch, capsys):
     exec(compile(code, 'README.md', 'exec'), {})
     printed = capsys.readouterr().out.splitlines()
     assert printed == ["('q', 'k', 'v', 'g', 'b') ('A_log', 'dt_bias')",
+                       '(2, 64, 4, 128) (2, 4, 128, 128)',
                        '(2, 64, 4, 128) (2, 4, 128, 128)']

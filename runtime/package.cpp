@@ -174,14 +174,9 @@ void Package::readManifest(const std::string &path, Package *package) {
   package->maxDecodeTokens_ = info.decode.maxTokens;
   package->kernelFile_ = info.kernels.front().file;
   if (!device) {
+    // The schema keeps each instruction set's entries in one file.
     const manifest::Kernel &forward = cpuKernelFor(info.kernels);
     const manifest::Kernel &decode = cpuKernelFor(info.decode.kernels);
-    if (forward.file != decode.file)
-      throw packageError(path, "the forward and decode entries for " +
-                                   std::string(manifest::nameOf(
-                                       forward.isa.value_or(
-                                           manifest::CpuIsa::Baseline))) +
-                                   " are in different files");
     package->kernelFile_ = forward.file;
     package->forwardEntry_ = forward.entry;
     package->decodeEntry_ = decode.entry;

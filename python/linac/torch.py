@@ -184,9 +184,9 @@ def _float32(tensor):
     return tensor.to(torch.float32).contiguous()
 
 
-_DTYPE_NAMES = {torch.float32: 'float32', torch.bfloat16: 'bfloat16',
-                torch.float16: 'float16'}
-_DTYPE_CODES = {dtype: _capi.DTYPES[name] for dtype, name in _DTYPE_NAMES.items()}
+_DTYPE_CODES = {torch.float32: _capi.DTYPES['float32'],
+                torch.bfloat16: _capi.DTYPES['bfloat16'],
+                torch.float16: _capi.DTYPES['float16']}
 
 
 def _dtype_code(dtype):
@@ -268,8 +268,10 @@ def _forward(package: str, tensors: List[torch.Tensor],
     _dtype_code(first.dtype)
     if first.device.type == 'cpu':
         if _torch_ops is not None:
-            return _forward_ops(layer, [t.detach() for t in tensors],
-                                initial_state, cu_seqlens, scale, True, 0)
+            return _forward_ops(
+                layer, [t.detach() for t in tensors],
+                None if initial_state is None else initial_state.detach(),
+                cu_seqlens, scale, True, 0)
         arrays = {n: t.detach().to(torch.float32).contiguous().numpy()
                   for n, t in zip(_names(layer), tensors)}
         o, final = layer.forward(

@@ -121,6 +121,40 @@ TEST(Manifest, ErrorsNameTheField) {
   EXPECT_THROW(schema::read("{\"format\": 3"), schema::SchemaError);
 }
 
+TEST(Manifest, CpuKernelFilesByInstructionSet) {
+  schema::Manifest manifest = gpuManifest();
+  manifest.target = manifest.plan.target = schema::Target::Cpu;
+  manifest.abiVersion = 2;
+  manifest.kernels = schema::forwardKernels(manifest.plan, "layer.so");
+  manifest.decode.kernels = schema::decodeKernels(manifest.plan, "layer.so");
+  schema::addIsaVariant(manifest, schema::CpuIsa::Avx2Fma, "layer.avx2_fma.so");
+  ASSERT_EQ(manifest.kernels.size(), 2u);
+  EXPECT_EQ(manifest.kernels[0].isa, schema::CpuIsa::Baseline);
+  EXPECT_EQ(manifest.decode.kernels[1].file, "layer.avx2_fma.so");
+  schema::Manifest read = schema::read(schema::write(manifest));
+  EXPECT_EQ(read.kernels[1].isa, schema::CpuIsa::Avx2Fma);
+
+  auto expectRefused = [](const nlohmann::json &object,
+                          const std::string &message) {
+    try {
+      schema::read(object.dump());
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const schema::SchemaError &e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+          << e.what();
+    }
+  };
+  // Each instruction set's entries share its forward kernel's file.
+  nlohmann::json object = nlohmann::json::parse(schema::write(manifest));
+  object["decode"]["kernels"][1]["file"] = "layer.so";
+  expectRefused(object, "decode.kernels[1].file 'layer.so' is not the "
+                        "package's kernel file 'layer.avx2_fma.so'");
+  // A GPU kernel names no instruction set.
+  object = nlohmann::json::parse(schema::write(gpuManifest()));
+  object["kernels"][0]["isa"] = "avx2_fma";
+  expectRefused(object, "kernels[0].isa is avx2_fma; only CPU kernels name one");
+}
+
 TEST(Manifest, ShapesAndTrailingDimensions) {
   EXPECT_EQ(schema::shapeText(schema::Role::Input, schema::Kind::Matrix),
             "[B, T, H, K, V]");

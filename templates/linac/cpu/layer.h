@@ -154,21 +154,6 @@ void stepThrough(const Args &args, int64_t begin, int64_t end, int64_t head,
                 args.output + (t * args.num_heads + head) * Layer::V);
 }
 
-/// The recurrent scan: the step, token by token.
-template <typename Layer>
-void scanSequence(const linac_cpu_forward_args &args, int64_t seq,
-                  int64_t head) {
-  constexpr int K = Layer::K, V = Layer::V;
-  State<K, V, Layer::kNormalizer> state;
-  size_t stateOffset = size_t(seq * args.num_heads + head) * state.kSize;
-  if (args.initial_state)
-    state.load(args.initial_state + stateOffset);
-  stepThrough<Layer>(args, args.cu_seqlens[seq], args.cu_seqlens[seq + 1],
-                     head, state);
-  if (args.final_state)
-    state.store(args.final_state + stateOffset);
-}
-
 /// The chunkwise algorithm (docs/design.md) for one sequence and head of
 /// a layer with a value-side decay, whose factors differ for every pair,
 /// key channel and value column. Every gate factor is exp of a difference of
@@ -177,14 +162,11 @@ void scanSequence(const linac_cpu_forward_args &args, int64_t seq,
 /// each token's log-gate is first raised to gates.h's floor.
 template <typename Layer>
 void pairwiseChunkSequence(const linac_cpu_forward_args &args, int64_t seq,
-                           int64_t head) {
+                           int64_t head,
+                           State<Layer::K, Layer::V, Layer::kNormalizer> &state) {
   constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
   constexpr bool N = Layer::kNormalizer;
   constexpr int U = V + (N ? 1 : 0);
-  State<K, V, N> state;
-  size_t stateOffset = size_t(seq * args.num_heads + head) * state.kSize;
-  if (args.initial_state)
-    state.load(args.initial_state + stateOffset);
   float scale = readScale<Layer>(args);
 
   std::vector<Operands<K, V, N>> ops(C);
@@ -349,8 +331,6 @@ void pairwiseChunkSequence(const linac_cpu_forward_args &args, int64_t seq,
         state.at(d, j) = float(row[j]);
     }
   }
-  if (args.final_state)
-    state.store(args.final_state + stateOffset);
 }
 
 /// Runs body(seq, head) for every sequence and head, spread over the
@@ -391,32 +371,29 @@ template <typename Layer> int decode(const linac_cpu_decode_args &args) {
   return 0;
 }
 
-/// The chunkwise algorithm by matrix products (chunk.h) for one sequence
-/// and head of a layer without a value-side decay.
-template <typename Layer>
-void chunkSequence(const linac_cpu_forward_args &args, int64_t seq,
-                   int64_t head) {
+/// Each sequence and head from its initial state (zeros without one) to its
+/// final state: the recurrent scan (the step, token by token), the pairwise
+/// chunkwise algorithm for a value-side decay, or the chunkwise algorithm by
+/// matrix products (chunk.h).
+template <typename Layer> int forward(const linac_cpu_forward_args &args) {
   constexpr int K = Layer::K, V = Layer::V;
   constexpr bool N = Layer::kNormalizer;
-  State<K, V, N> state;
-  size_t stateOffset = size_t(seq * args.num_heads + head) * state.kSize;
-  if (args.initial_state)
-    state.load(args.initial_state + stateOffset);
-  chunkSequenceByProducts<Layer, Token<Layer>, State<K, V, N>,
-                          Operands<K, V, N>>(args, seq, head, state,
-                                             readScale<Layer>(args));
-  if (args.final_state)
-    state.store(args.final_state + stateOffset);
-}
-
-template <typename Layer> int forward(const linac_cpu_forward_args &args) {
   forEachHead(args.num_seqs, args.num_heads, [&](int64_t seq, int64_t head) {
+    State<K, V, N> state;
+    size_t stateOffset = size_t(seq * args.num_heads + head) * state.kSize;
+    if (args.initial_state)
+      state.load(args.initial_state + stateOffset);
     if constexpr (Layer::kRecurrent)
-      scanSequence<Layer>(args, seq, head);
+      stepThrough<Layer>(args, args.cu_seqlens[seq], args.cu_seqlens[seq + 1],
+                         head, state);
     else if constexpr (Layer::kValueDecay)
-      pairwiseChunkSequence<Layer>(args, seq, head);
+      pairwiseChunkSequence<Layer>(args, seq, head, state);
     else
-      chunkSequence<Layer>(args, seq, head);
+      chunkSequenceByProducts<Layer, Token<Layer>, State<K, V, N>,
+                              Operands<K, V, N>>(args, seq, head, state,
+                                                 readScale<Layer>(args));
+    if (args.final_state)
+      state.store(args.final_state + stateOffset);
   });
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "checks.h"
 #include "cuda_driver.h"
 #include "linac/cuda/abi.h"
+#include "linac/cuda/geometry.h"
 #include "linac/segments.h"
 
 #include <cstring>
@@ -147,6 +148,26 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
     return;
 
   auto stream = static_cast<CUstream>(request.stream);
+  std::optional<cuda::StreamBuffer> cuSeqlens;
+  if (!request.cuSeqlens.empty()) {
+    cuSeqlens.emplace(request.cuSeqlens.data(),
+                      request.cuSeqlens.size() * sizeof(int64_t), stream);
+    args.cu_seqlens = reinterpret_cast<const int64_t *>(cuSeqlens->address());
+  }
+  // A phased forward prepares every chunk of the batch first, into a
+  // workspace that lives, in the stream's order, as long as the passes.
+  std::optional<cuda::StreamBuffer> prepared;
+  if (kernel.chunkwise && !prepareKernels_.empty()) {
+    const CudaKernel &prepare = kernelFor(request.dtype, prepareKernels_);
+    const int64_t tokens = request.cuSeqlens.empty()
+                               ? shape.sequences * shape.tokens
+                               : request.cuSeqlens.back();
+    const int64_t slots = cuda::preparedSlots(shape.sequences, tokens);
+    cuda::keepPoolMemory(context);
+    prepared.emplace(size_t(slots * shape.heads * preparedChunkBytes_), stream);
+    args.prepared = reinterpret_cast<void *>(prepared->address());
+    launch(prepare, context, &args, slots, shape.heads, stream);
+  }
   if (kernel.chunkwise && composeKernel_) {
     SegmentShape segmentShape;
     segmentShape.offsets = request.cuSeqlens;
@@ -161,12 +182,6 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
         cutSegments(segmentShape, request.segmentTokens);
     if (!segments.empty())
       return forwardSegments(kernel, context, args, segments, stream);
-  }
-  std::optional<cuda::StreamBuffer> cuSeqlens;
-  if (!request.cuSeqlens.empty()) {
-    cuSeqlens.emplace(request.cuSeqlens.data(),
-                      request.cuSeqlens.size() * sizeof(int64_t), stream);
-    args.cu_seqlens = reinterpret_cast<const int64_t *>(cuSeqlens->address());
   }
   launch(kernel, context, &args, shape.heads, shape.sequences, stream);
 }

@@ -275,6 +275,20 @@ void checkAgreement(const Manifest &manifest) {
       throw SchemaError("segments are a GPU package's");
     checkKernel(manifest, manifest.segments->compose, "segments.compose");
   }
+  bool phased = manifest.plan.chunkKernel == ChunkKernel::Phased;
+  if (phased != manifest.prepare.has_value())
+    throw SchemaError(phased ? "prepare is missing for plan.chunk_kernel "
+                               "phased"
+                             : "prepare is only a phased plan's");
+  if (manifest.prepare) {
+    if (manifest.prepare->kernels.empty())
+      throw SchemaError("prepare.kernels is empty");
+    checkKernels(manifest, manifest.prepare->kernels, "prepare.kernels");
+    if (manifest.prepare->chunkBytes % 16 != 0)
+      throw SchemaError("prepare.chunk_bytes " +
+                        std::to_string(manifest.prepare->chunkBytes) +
+                        " is not a multiple of 16");
+  }
   if (isGpu(manifest.target)) {
     if (!manifest.decode.parts || !manifest.decode.staging)
       throw SchemaError("decode.parts and decode.staging are a GPU "
@@ -348,6 +362,20 @@ std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file) {
   return Segments{{"linac_segment_compose", file, DType::Float32, plan.family,
                    plan.composeBlockThreads, plan.composeSharedMemory},
                   plan.transitionBlocks.value()};
+}
+
+std::optional<Prepare> prepareFor(const Plan &plan, const std::string &file) {
+  if (plan.chunkKernel != ChunkKernel::Phased)
+    return std::nullopt;
+  Prepare prepare;
+  for (DType dtype : {DType::BFloat16, DType::Float16})
+    if (chunkwiseFor(plan, dtype))
+      prepare.kernels.push_back({"linac_prepare_" + std::string(nameOf(dtype)),
+                                 file, dtype, plan.family,
+                                 plan.prepareBlockThreads,
+                                 plan.prepareSharedMemory});
+  prepare.chunkBytes = plan.preparedChunkBytes.value();
+  return prepare;
 }
 
 std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file) {

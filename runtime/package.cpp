@@ -201,6 +201,10 @@ void Package::readManifest(const std::string &path, Package *package) {
     package->composeKernel_ = kernelsOf({info.segments->compose}).front();
     package->transitionBlocks_ = info.segments->transitionBlocks;
   }
+  if (info.prepare) {
+    package->prepareKernels_ = kernelsOf(info.prepare->kernels);
+    package->preparedChunkBytes_ = info.prepare->chunkBytes;
+  }
   package->decodeKernels_ = kernelsOf(info.decode.kernels);
   package->decodeParts_ = info.decode.parts.value();
   package->decodeTensorMap_ =

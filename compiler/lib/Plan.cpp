@@ -312,32 +312,48 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.subchunkSize = 16;
   if (gpu) {
     // One program per (sequence, head): sixteen warps, the state in their
-    // registers. On request (chunk-kernel=pipelined), an erase under no
-    // gate or a scalar one takes the pipelined kernel where its buffers
-    // fit: one group of warps prepares the next chunk (the intra-chunk
-    // products and the solve) while the other advances the state through
-    // the current one. It is not the default: on an H200 it takes as long
-    // as the lockstep kernel for Gated DeltaNet at B8 T4096 H16 and 1.05x
-    // at B1 T32768 (bench/history/forward-chunkwise.md, version 17).
-    int64_t pipelinedBytes =
-        cuda::PipelineMap(int(state.getKeyDim()), int(valueDim)).bytes;
-    bool pipelined = chunkKernel == "pipelined" &&
-                     target == manifest::Target::Sm90a &&
-                     form.erase != Strength::None &&
-                     form.keyDecay != KeyDecay::Vector && !form.normalizer &&
-                     !form.readBefore && state.getKeyDim() % 16 == 0 &&
-                     valueDim % 16 == 0 &&
-                     valueDim <= 16 * cuda::kPipelineGroupWarps &&
-                     pipelinedBytes <= sharedMemoryLimit(target);
-    plan.chunkKernel =
-        pipelined ? manifest::ChunkKernel::Pipelined
-                  : manifest::ChunkKernel::Lockstep;
-    if (pipelined) {
-      sharedBytes = pipelinedBytes;
+    // registers. On request, an erase under no gate or a scalar one takes
+    // a kernel of warp groups where its buffers fit: chunk-kernel=pipelined
+    // (one group of warps prepares the next chunk, the intra-chunk products
+    // and the solve, while the other advances the state through the
+    // current one) or chunk-kernel=phased (every chunk prepared at once by
+    // a kernel of its own, then the state through them). Neither is the
+    // default: on an H200 the pipelined kernel takes as long as the
+    // lockstep kernel for Gated DeltaNet at B8 T4096 H16 and 1.05x at B1
+    // T32768 (bench/history/forward-chunkwise.md, versions 17 and 18).
+    int keys = int(state.getKeyDim()), values = int(valueDim);
+    bool grouped = (chunkKernel == "pipelined" || chunkKernel == "phased") &&
+                   target == manifest::Target::Sm90a &&
+                   form.erase != Strength::None &&
+                   form.keyDecay != KeyDecay::Vector && !form.normalizer &&
+                   !form.readBefore && keys % 16 == 0 && values % 16 == 0 &&
+                   values <= 16 * cuda::kPipelineGroupWarps;
+    bool phased = grouped && chunkKernel == "phased";
+    int64_t groupedBytes =
+        cuda::PipelineMap(keys, values,
+                          phased ? cuda::PipelineBlock::State
+                                 : cuda::PipelineBlock::Pipelined)
+            .bytes;
+    grouped = grouped && groupedBytes <= sharedMemoryLimit(target);
+    plan.chunkKernel = !grouped ? manifest::ChunkKernel::Lockstep
+                       : phased ? manifest::ChunkKernel::Phased
+                                : manifest::ChunkKernel::Pipelined;
+    if (grouped) {
+      sharedBytes = groupedBytes;
       plan.sharedInputs.emplace();
       plan.lateSharedInputs.emplace();
     }
-    plan.blockThreads = cuda::kChunkThreads;
+    if (plan.chunkKernel == manifest::ChunkKernel::Phased) {
+      cuda::PipelineMap prepare(keys, values, cuda::PipelineBlock::Prepare);
+      plan.prepareBlockThreads =
+          cuda::pipelineThreads(cuda::ChunkKernel::Phased);
+      plan.prepareSharedMemory = prepare.bytes;
+      plan.preparedChunkBytes = prepare.bufferBytes;
+    }
+    plan.blockThreads = cuda::pipelineThreads(
+        plan.chunkKernel == manifest::ChunkKernel::Phased
+            ? cuda::ChunkKernel::Phased
+            : cuda::ChunkKernel::Lockstep);
     plan.sharedMemory = sharedBytes;
     // The kernel's operands are bf16 whatever the activations, so fp16
     // inputs lose 3 mantissa bits the reference keeps; a normaliser's
@@ -382,9 +398,10 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
           << "decode-parts must be 1, 2 or 4, got " << decodeParts.getValue();
       return signalPassFailure();
     }
-    if (chunkKernel != "lockstep" && chunkKernel != "pipelined") {
+    if (chunkKernel != "lockstep" && chunkKernel != "pipelined" &&
+        chunkKernel != "phased") {
       getOperation().emitError()
-          << "chunk-kernel must be lockstep or pipelined, got '"
+          << "chunk-kernel must be lockstep, pipelined or phased, got '"
           << chunkKernel << "'";
       return signalPassFailure();
     }
@@ -395,15 +412,18 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
           planLayer(layer, *parsed, decodeWarps, decodeParts, chunkKernel);
       // A chunkable layer, whether its plan is chunkwise or a scan.
       bool chunkable = plan.chunkSize || plan.recurrentReason;
-      if (gpu && chunkKernel == "pipelined" && chunkable &&
-          plan.chunkKernel != manifest::ChunkKernel::Pipelined) {
+      if (gpu && chunkKernel != "lockstep" && chunkable &&
+          manifest::nameOf(plan.chunkKernel.value_or(
+                                manifest::ChunkKernel::Lockstep)) !=
+              chunkKernel) {
         layer.emitError()
-            << "chunk-kernel=pipelined: the pipelined kernel takes an erase "
-               "under no gate or a scalar one, without a normaliser, the "
-               "read after the write, K and V multiples of 16 with V at "
-               "most "
+            << "chunk-kernel=" << chunkKernel << ": the " << chunkKernel
+            << " kernel takes an erase under no gate or a scalar one, "
+               "without a normaliser, the read after the write, K and V "
+               "multiples of 16 with V at most "
             << 16 * cuda::kPipelineGroupWarps
-            << ", on sm_90a (it sets each warp group's registers)";
+            << ", on sm_90a (it sets each warp group's registers or moves "
+               "chunks by bulk copies)";
         return signalPassFailure();
       }
       setPlan(layer, plan);

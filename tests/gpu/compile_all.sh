@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # compile_all.sh LINAC TARGET OUT: compiles every example and every spec of
 # tests/cpu/specs and tests/gpu/specs for TARGET into OUT/NAME.linac, with
-# a cache of its own so that nvcc builds each; specs named pipelined_* take
-# the pipelined chunkwise kernel on sm_90a. tests/gpu/prepare.sh uses it
+# a cache of its own so that nvcc builds each; on sm_90a, the specs named
+# grouped_* and the examples that the warp-group kernels take (an erase
+# under no gate or a scalar one) also into OUT/KERNEL_NAME.linac for the
+# pipelined and phased chunkwise kernels. tests/gpu/prepare.sh uses it
 # for the GPU check; ctest runs it for sm_90a and sm_80 without a GPU, where
 # the generated sources' static_asserts hold the plan's numbers to the
 # kernels' headers.
@@ -13,18 +15,27 @@ mkdir -p "$out"
 export LINAC_CACHE_DIR="$out/.cache"
 rm -rf "$LINAC_CACHE_DIR"
 count=0
-for spec in examples/*.mlir tests/cpu/specs/*.mlir tests/gpu/specs/*.mlir; do
-  name=$(basename "$spec" .mlir)
-  options=()
-  if [[ $name == pipelined_* && $target == sm_90a ]]; then
-    options=(--chunk-kernel=pipelined)
-  fi
-  if ! log=$("$linac" compile "$spec" --target "$target" "${options[@]}" \
+compile() { # SPEC PACKAGE-NAME [OPTIONS...]
+  local spec=$1 name=$2 log
+  shift 2
+  if ! log=$("$linac" compile "$spec" --target "$target" "$@" \
              -o "$out/$name.linac" 2>&1); then
     printf '%s\n%s failed for %s\n' "$log" "$spec" "$target"
     exit 1
   fi
   count=$((count + 1))
+}
+for spec in examples/*.mlir tests/cpu/specs/*.mlir tests/gpu/specs/*.mlir; do
+  compile "$spec" "$(basename "$spec" .mlir)"
 done
+if [[ $target == sm_90a ]]; then
+  for spec in examples/deltanet.mlir examples/gated_deltanet.mlir \
+              tests/gpu/specs/grouped_*.mlir; do
+    for kernel in pipelined phased; do
+      compile "$spec" "${kernel}_$(basename "$spec" .mlir)" \
+        --chunk-kernel=$kernel
+    done
+  done
+fi
 rm -rf "$LINAC_CACHE_DIR"
 echo "compiled $count packages for $target"

@@ -52,6 +52,18 @@ schema::Manifest gpuManifest() {
   return manifest;
 }
 
+/// Expects reading `object` to throw a SchemaError whose message holds
+/// `message`.
+void expectRefused(const nlohmann::json &object, const std::string &message) {
+  try {
+    schema::read(object.dump());
+    ADD_FAILURE() << "accepted: " << message;
+  } catch (const schema::SchemaError &e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Manifest, WritesWhatItReads) {
   std::string text = schema::write(gpuManifest());
   schema::Manifest read = schema::read(text);
@@ -110,13 +122,7 @@ TEST(Manifest, ErrorsNameTheField) {
   for (const Case &c : cases) {
     nlohmann::json manifest = nlohmann::json::parse(schema::write(gpuManifest()));
     c.edit(manifest);
-    try {
-      schema::read(manifest.dump());
-      ADD_FAILURE() << "accepted: " << c.message;
-    } catch (const schema::SchemaError &e) {
-      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos)
-          << e.what();
-    }
+    expectRefused(manifest, c.message);
   }
   EXPECT_THROW(schema::read("{\"format\": 3"), schema::SchemaError);
 }
@@ -134,16 +140,6 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
   schema::Manifest read = schema::read(schema::write(manifest));
   EXPECT_EQ(read.kernels[1].isa, schema::CpuIsa::Avx2Fma);
 
-  auto expectRefused = [](const nlohmann::json &object,
-                          const std::string &message) {
-    try {
-      schema::read(object.dump());
-      ADD_FAILURE() << "accepted: " << message;
-    } catch (const schema::SchemaError &e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
-          << e.what();
-    }
-  };
   // Each instruction set's entries share its forward kernel's file.
   nlohmann::json object = nlohmann::json::parse(schema::write(manifest));
   object["decode"]["kernels"][1]["file"] = "layer.so";
@@ -153,6 +149,48 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
   object = nlohmann::json::parse(schema::write(gpuManifest()));
   object["kernels"][0]["isa"] = "avx2_fma";
   expectRefused(object, "kernels[0].isa is avx2_fma; only CPU kernels name one");
+}
+
+TEST(Manifest, PhasedPlansHaveAPreparingPhase) {
+  schema::Manifest manifest = gpuManifest();
+  schema::Plan &plan = manifest.plan;
+  plan.chunkKernel = schema::ChunkKernel::Phased;
+  plan.prepareBlockThreads = 256;
+  plan.prepareSharedMemory = 60000;
+  plan.preparedChunkBytes = 4096;
+  manifest.prepare = schema::prepareFor(plan, "layer.cubin");
+  // One preparing kernel per chunkwise dtype: the plan's fp16 takes the scan.
+  ASSERT_TRUE(manifest.prepare);
+  ASSERT_EQ(manifest.prepare->kernels.size(), 1u);
+  EXPECT_EQ(manifest.prepare->kernels[0].entry, "linac_prepare_bfloat16");
+  EXPECT_EQ(manifest.prepare->kernels[0].sharedMemory, 60000);
+  EXPECT_EQ(manifest.prepare->chunkBytes, 4096);
+  schema::Manifest read = schema::read(schema::write(manifest));
+  EXPECT_EQ(read.prepare->kernels[0].blockThreads, 256);
+  EXPECT_FALSE(schema::prepareFor(gpuManifest().plan, "layer.cubin"));
+
+  struct Case {
+    std::function<void(nlohmann::json &)> edit;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[](auto &m) { m.erase("prepare"); },
+       "prepare is missing for plan.chunk_kernel phased"},
+      {[](auto &m) { m["plan"]["chunk_kernel"] = "lockstep"; },
+       "prepare is only a phased plan's"},
+      {[](auto &m) { m["prepare"]["kernels"] = nlohmann::json::array(); },
+       "prepare.kernels is empty"},
+      {[](auto &m) { m["prepare"]["chunk_bytes"] = 4100; },
+       "prepare.chunk_bytes 4100 is not a multiple of 16"},
+      {[](auto &m) { m["prepare"]["kernels"][0].erase("shared_memory"); },
+       "prepare.kernels[0] 'linac_prepare_bfloat16' has no block_threads or "
+       "shared_memory"},
+  };
+  for (const Case &c : cases) {
+    nlohmann::json object = nlohmann::json::parse(schema::write(manifest));
+    c.edit(object);
+    expectRefused(object, c.message);
+  }
 }
 
 TEST(Manifest, ShapesAndTrailingDimensions) {

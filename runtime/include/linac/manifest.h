@@ -47,7 +47,7 @@ enum class ReadOrder { After, Before };
 /// whole tile, a per-channel gate split through reference log-gates (CPU),
 /// per-pair differences (CPU, value-side decays) or sub-chunks (GPUs).
 enum class GateNumerics { None, ScalarTile, Reference, Pairwise, Subchunk };
-enum class ChunkKernel { Lockstep, Pipelined };
+enum class ChunkKernel { Lockstep, Pipelined, Phased };
 /// The instructions a CPU kernel file needs beyond x86-64's baseline.
 enum class CpuIsa { Baseline, Avx2Fma };
 enum class StateLayout { KeyMajor };
@@ -91,7 +91,8 @@ LINAC_ENUM_NAMES(GateNumerics, {{GateNumerics::None, "none"},
                                 {GateNumerics::Pairwise, "pairwise"},
                                 {GateNumerics::Subchunk, "subchunk"}})
 LINAC_ENUM_NAMES(ChunkKernel, {{ChunkKernel::Lockstep, "lockstep"},
-                               {ChunkKernel::Pipelined, "pipelined"}})
+                               {ChunkKernel::Pipelined, "pipelined"},
+                               {ChunkKernel::Phased, "phased"}})
 LINAC_ENUM_NAMES(CpuIsa, {{CpuIsa::Baseline, "baseline"},
                           {CpuIsa::Avx2Fma, "avx2_fma"}})
 LINAC_ENUM_NAMES(StateLayout, {{StateLayout::KeyMajor, "key_major"}})
@@ -208,6 +209,10 @@ struct Plan {
   /// shared memory.
   std::optional<int64_t> transitionBlocks, composeBlockThreads,
       composeSharedMemory;
+  /// The phased chunk kernel's preparing phase: its block, its shared
+  /// memory and the bytes it stores for each chunk and head.
+  std::optional<int64_t> prepareBlockThreads, prepareSharedMemory,
+      preparedChunkBytes;
 
   template <typename Self, typename Visit>
   static void fields(Self &self, Visit &&visit) {
@@ -238,6 +243,11 @@ struct Plan {
     visit("compose_block_threads", self.composeBlockThreads, kThreadBounds);
     visit("compose_shared_memory", self.composeSharedMemory,
           kSharedMemoryBounds);
+    visit("prepare_block_threads", self.prepareBlockThreads, kThreadBounds);
+    visit("prepare_shared_memory", self.prepareSharedMemory,
+          kSharedMemoryBounds);
+    visit("prepared_chunk_bytes", self.preparedChunkBytes,
+          Bounds{16, 1 << 24});
   }
 };
 
@@ -312,6 +322,23 @@ struct Segments {
 /// A package's segments: for chunkwise GPU plans only.
 std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file);
 
+/// The preparing phase of a phased chunkwise forward
+/// (templates/linac/cuda/abi.h, linac_cuda_forward_args::prepared): a
+/// kernel per chunkwise dtype, launched before the chunk kernel, and the
+/// workspace bytes it writes for each chunk slot and head.
+struct Prepare {
+  std::vector<Kernel> kernels;
+  int64_t chunkBytes = 0;
+
+  template <typename Self, typename Visit>
+  static void fields(Self &self, Visit &&visit) {
+    visit("kernels", self.kernels);
+    visit("chunk_bytes", self.chunkBytes, Bounds{16, 1 << 24});
+  }
+};
+/// A package's preparing phase: for phased plans only.
+std::optional<Prepare> prepareFor(const Plan &plan, const std::string &file);
+
 /// New tokens per sequence one decode call takes (speculative decoding).
 inline constexpr int64_t kMaxDecodeTokens = 8;
 
@@ -372,6 +399,7 @@ struct Manifest {
   std::vector<Argument> arguments;
   std::vector<Kernel> kernels;
   std::optional<Segments> segments;
+  std::optional<Prepare> prepare;
   Decode decode;
   /// The step as a JSON program the fp64 reference interprets.
   std::string step;
@@ -394,6 +422,7 @@ struct Manifest {
     visit("arguments", self.arguments);
     visit("kernels", self.kernels);
     visit("segments", self.segments);
+    visit("prepare", self.prepare);
     visit("decode", self.decode);
     visit("step", self.step, JsonText{});
     visit("integrity", self.integrity);

@@ -255,6 +255,10 @@ private:
   /// blocks a segment takes (the manifest's segments).
   std::optional<CudaKernel> composeKernel_;
   int64_t transitionBlocks_ = 0;
+  /// A phased package's preparing kernels, one per chunkwise dtype, and
+  /// the workspace bytes they write for each chunk slot and head.
+  std::vector<CudaKernel> prepareKernels_;
+  int64_t preparedChunkBytes_ = 0;
   std::unique_ptr<cuda::ModuleCache> modules_; ///< the cubin, per context
 };
 

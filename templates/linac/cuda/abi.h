@@ -5,7 +5,8 @@
  * by value, as a __grid_constant__ (a decode kernel's tensor map is read in
  * place). The manifest lists each kernel with its activation dtype, block
  * size and dynamic shared memory; a forward grid is (num_heads, num_seqs),
- * or with segments as linac_cuda_segment_pass says; a decode grid as many
+ * or with segments as linac_cuda_segment_pass says, after a phased plan's
+ * prepare kernel; a decode grid as many
  * blocks as fit the device at once, at most one per item (a (head,
  * sequence) state, or one of the manifest's decode "parts" of it). The
  * runtime validates every argument it can see before the launch; the
@@ -22,7 +23,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 4
+#define LINAC_CUDA_ABI_VERSION 5
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
 
@@ -83,6 +84,12 @@ typedef struct linac_cuda_forward_args {
   const linac_cuda_segment *segments;
   float *segment_states;
   float *segment_transitions;
+  /* With the plan's phased chunk kernel: the prepare kernel, launched
+   * first on grid (slots, H), writes each chunk's prepared operands here
+   * and the chunk kernel reads them; [slots, H, prepared_chunk_bytes]
+   * bytes, 16-byte aligned, slots and a chunk's slot as
+   * templates/linac/cuda/geometry.h's preparedSlots and preparedSlot say. */
+  void *prepared;
 } linac_cuda_forward_args;
 
 /* Columns of a decode state's tensor-map box: 128 bytes of floats, the

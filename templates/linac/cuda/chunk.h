@@ -604,7 +604,7 @@ template <typename Layer> struct ChunkLayout {
 };
 
 template <typename Layer> constexpr int chunkThreads() {
-  return kChunkThreads;
+  return pipelineThreads(Layer::kChunkKernel);
 }
 
 /// v over the same lanes and slots as a vector of N, zero past the shorter
@@ -659,6 +659,8 @@ using ChunkTile = std::conditional_t<Layer::K % 16 == 0 && Layer::V % 16 == 0,
 template <typename Layer> constexpr size_t chunkSharedBytes() {
   if constexpr (Layer::kChunkKernel == ChunkKernel::Pipelined)
     return size_t(PipelineMap(Layer::K, Layer::V).bytes);
+  else if constexpr (Layer::kChunkKernel == ChunkKernel::Phased)
+    return size_t(PipelineMap(Layer::K, Layer::V, PipelineBlock::State).bytes);
   else
     return ChunkLayout<ChunkTile<Layer>>::kBytes;
 }
@@ -671,6 +673,7 @@ template <typename Layer> constexpr size_t chunkSharedBytes() {
 /// head, from one state into another.
 struct ChunkWork {
   int64_t begin = 0, end = 0;
+  int64_t seq = 0;
   int head = 0;
   /// The entering state, rows of stateColumns floats; null for zeros.
   const float *initial = nullptr;
@@ -711,6 +714,7 @@ LINAC_DEVICE bool chunkWork(const linac_cuda_forward_args &args,
   work.head = blockIdx.x;
   work.finalStride = stateColumns<Layer>();
   auto wholeSequence = [&](int64_t seq) {
+    work.seq = seq;
     const int64_t offset = stateOffset<Layer>(args, seq, work.head);
     work.initial = args.initial_state ? args.initial_state + offset : nullptr;
     work.final = args.final_state ? args.final_state + offset : nullptr;
@@ -724,6 +728,7 @@ LINAC_DEVICE bool chunkWork(const linac_cuda_forward_args &args,
   const linac_cuda_segment segment = args.segments[s];
   work.begin = segment.begin;
   work.end = segment.end;
+  work.seq = segment.seq;
   if (args.segment_pass == LINAC_CUDA_SEGMENT_FINISH) {
     if (segment.index == 0)
       return false;

@@ -282,15 +282,23 @@ LINAC_DEVICE uint64_t writtenBackPolicy() {
   asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
-/// Copies `bytes` (a multiple of 16, both ends 16-byte aligned) of a state
-/// to shared memory with the bulk copy engine, counted on `barrier`.
+/// For data read once: its lines are the first L2 evicts.
+LINAC_DEVICE uint64_t readOncePolicy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+/// Copies `bytes` (a multiple of 16, both ends 16-byte aligned) to shared
+/// memory with the bulk copy engine, counted on `barrier`; a state's by
+/// default, kept in L2 until written back.
 LINAC_DEVICE void bulkCopy(void *shared, const void *global, unsigned bytes,
-                           uint64_t *barrier) {
+                           uint64_t *barrier,
+                           uint64_t policy = keepUntilWrittenPolicy()) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
                "bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
                    sharedAddress(shared)),
                "l"(global), "r"(bytes), "r"(sharedAddress(barrier)),
-               "l"(keepUntilWrittenPolicy())
+               "l"(policy)
                : "memory");
 }
 /// Copies `bytes` (as bulkCopy) of a state from shared memory back to

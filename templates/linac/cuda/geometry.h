@@ -4,7 +4,9 @@
 // the chunkwise kernel (chunk.h, on the device) need, computed here once:
 // the tile a state takes, the map of a chunk's shared memory, the bytes of
 // staged input rows and parameters, the transition blocks of a segment, the
-// compose kernel's memory, the scan's block and decode's split of a state. Plain constexpr C++, without CUDA, so that
+// compose kernel's memory, the warp-group kernels' buffers and the phased
+// kernels' workspace slots, the scan's block and decode's split of a state.
+// Plain constexpr C++, without CUDA, so that
 // the compiler includes it too; the generated source checks the plan's
 // numbers against it as it compiles.
 //
@@ -30,9 +32,10 @@ namespace linac::cuda {
 enum class Gate { None, Scalar, Vector };
 
 /// Which chunkwise kernel a layer's forward takes: every warp on each
-/// chunk in turn (chunk.h), or two groups of warps on two chunks at once
-/// (pipeline.h).
-enum class ChunkKernel { Lockstep, Pipelined };
+/// chunk in turn (chunk.h), two groups of warps on two chunks at once
+/// (pipeline.h), or two phases, every chunk's state-independent operands
+/// at once and then the state through them (phased.h).
+enum class ChunkKernel { Lockstep, Pipelined, Phased };
 
 /// Dynamic shared memory a block may have on sm_90a and on sm_80.
 inline constexpr int64_t kSm90aSharedMemory = 227 * 1024;
@@ -131,16 +134,25 @@ struct ChunkMap {
 inline constexpr int kPipelineGroupWarps = kChunkWarps / 2;
 inline constexpr int kPipelineScratchFloats = 16 * 8;
 
-/// Where each of a pipelined block's buffers starts in shared memory
+/// The blocks that work on prepared chunk buffers: the pipelined kernel's,
+/// which prepares and consumes them; and the phased kernels', one that
+/// prepares a chunk's buffer and stores it to global memory and one that
+/// loads them by bulk copies and advances the state.
+enum class PipelineBlock { Pipelined, Prepare, State };
+
+/// Where each of a block's chunk buffers starts in shared memory
 /// (PipelineLayout in pipeline.h), in bytes, and the padded strides of
-/// their rows: two buffers of a chunk's prepared operands, then the
-/// preparing warps' own memory and the state warps' reads.
+/// their rows: the buffers of prepared operands (two, or one in a
+/// preparing block), then the preparing warps' own memory, the state
+/// warps' reads and a phased state block's two bulk-copy barriers. A
+/// buffer's image is what a phased preparing block stores for each chunk.
 struct PipelineMap {
   int C, K, V, KS, VS, PS, AS, OS, IS;
   int64_t q, k, w, u, p, lambda, decay, bufferBytes, a, inverses, scratch, o,
-      bytes;
+      barriers, bytes;
 
-  LINAC_GEOMETRY PipelineMap(int keys, int values)
+  LINAC_GEOMETRY PipelineMap(int keys, int values,
+                             PipelineBlock block = PipelineBlock::Pipelined)
       : C(kChunkSize), K(keys), V(values), KS(K + 8), VS(V + 8), PS(C + 8),
         AS(C + 4), OS(V + 4), IS(20), q(0), k(q + 2 * C * KS),
         w(k + 2 * C * KS), u(w + 2 * C * KS), p(u + 2 * C * VS),
@@ -148,12 +160,35 @@ struct PipelineMap {
         bufferBytes(decay + 16),
         // bf16 C x KS: q, k, w; C x VS: u; C x PS: P; C log-gates and one
         // float; then fp32 T (C x AS), the diagonal blocks' inverses (C x
-        // IS), a 16 x 8 tile a preparing warp and the reads (C x OS).
-        a(2 * bufferBytes), inverses(a + 4 * C * AS),
-        scratch(inverses + 4 * C * IS),
-        o(scratch + 4 * kPipelineGroupWarps * kPipelineScratchFloats),
-        bytes(o + 4 * C * OS) {}
+        // IS), a 16 x 8 tile a preparing warp, the reads (C x OS) and two
+        // mbarriers.
+        a((block == PipelineBlock::Prepare ? 1 : 2) * bufferBytes),
+        inverses(a + (block != PipelineBlock::State ? 4 * C * AS : 0)),
+        scratch(inverses + (block != PipelineBlock::State ? 4 * C * IS : 0)),
+        o(scratch + (block != PipelineBlock::State
+                         ? 4 * kPipelineGroupWarps * kPipelineScratchFloats
+                         : 0)),
+        barriers(o + (block != PipelineBlock::Prepare ? 4 * C * OS : 0)),
+        bytes(barriers + (block == PipelineBlock::State ? 16 : 0)) {}
 };
+
+/// Threads of a pipelined block, or of either phased block (one group).
+LINAC_GEOMETRY int pipelineThreads(ChunkKernel kernel) {
+  return kernel == ChunkKernel::Phased ? 32 * kPipelineGroupWarps
+                                       : kChunkThreads;
+}
+
+/// The phased kernels' slot of chunk c of a sequence from token `begin`:
+/// every sequence's chunks in order, a sequence's first after the slots of
+/// all tokens before it and one slot a sequence before it, so that slots
+/// are distinct whatever the sequences' lengths.
+LINAC_GEOMETRY int64_t preparedSlot(int64_t seq, int64_t begin, int64_t c) {
+  return seq + begin / kChunkSize + c;
+}
+/// Slots a batch of `seqs` sequences and `tokens` tokens in all takes.
+LINAC_GEOMETRY int64_t preparedSlots(int64_t seqs, int64_t tokens) {
+  return seqs + (tokens + kChunkSize - 1) / kChunkSize;
+}
 
 /// Threads of the recurrent scan's block: thread j holds value column j,
 /// and one more the normaliser's, in whole warps.

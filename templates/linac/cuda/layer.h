@@ -16,8 +16,7 @@
 #define LINAC_CUDA_LAYER_H
 
 #include "linac/contract.h"
-#include "linac/cuda/pipeline.h"
-#include "linac/cuda/decode.h"
+#include "linac/cuda/phased.h"
 #include "linac/cuda/scan.h"
 
 #define LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, blocks, Args)   \
@@ -38,6 +37,19 @@
 #define LINAC_CHUNK_KERNEL_FLOAT16(Layer)                                      \
   LINAC_CUDA_ENTRY(Layer, chunk, float16, __half,                             \
                    linac::cuda::chunkThreads<Layer>())
+/// The preparing phase of a phased chunkwise forward (phased.h).
+#define LINAC_PREPARE_KERNEL_BFLOAT16(Layer)                                   \
+  LINAC_CUDA_ENTRY_FOR(Layer, prepare, bfloat16, __nv_bfloat16,               \
+                       linac::cuda::pipelineThreads(                          \
+                           linac::cuda::ChunkKernel::Phased),                 \
+                       linac::cuda::kPrepareBlocksPerMultiprocessor,          \
+                       linac_cuda_forward_args)
+#define LINAC_PREPARE_KERNEL_FLOAT16(Layer)                                    \
+  LINAC_CUDA_ENTRY_FOR(Layer, prepare, float16, __half,                       \
+                       linac::cuda::pipelineThreads(                          \
+                           linac::cuda::ChunkKernel::Phased),                 \
+                       linac::cuda::kPrepareBlocksPerMultiprocessor,          \
+                       linac_cuda_forward_args)
 /// The compose pass of a segmented chunkwise forward (abi.h), fp32 states
 /// whatever the activations.
 #define LINAC_SEGMENT_COMPOSE_KERNEL(Layer)                                    \

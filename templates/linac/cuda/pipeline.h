@@ -34,10 +34,12 @@ namespace linac::cuda {
 
 extern __shared__ __align__(16) char pipelineShared[];
 
-/// The shared memory of a pipelined block (PipelineMap), addressed from the
-/// block's base each time, so that no pointer into it takes registers.
-template <typename Layer> struct PipelineLayout {
-  static constexpr PipelineMap kMap{Layer::K, Layer::V};
+/// The shared memory of a block that works on prepared chunk buffers
+/// (PipelineMap), addressed from the block's base each time, so that no
+/// pointer into it takes registers.
+template <typename Layer, PipelineBlock Block = PipelineBlock::Pipelined>
+struct PipelineLayout {
+  static constexpr PipelineMap kMap{Layer::K, Layer::V, Block};
   static constexpr int C = kMap.C, KS = kMap.KS, VS = kMap.VS, PS = kMap.PS,
                        AS = kMap.AS, OS = kMap.OS, IS = kMap.IS;
   static_assert(kMap.bytes <= kSm90aSharedMemory,
@@ -64,6 +66,7 @@ template <typename Layer> struct PipelineLayout {
   LINAC_DEVICE static float *inverses() { return at<float>(kMap.inverses); }
   LINAC_DEVICE static float *scratch() { return at<float>(kMap.scratch); }
   LINAC_DEVICE static float *o() { return at<float>(kMap.o); }
+  LINAC_DEVICE static uint64_t *barriers() { return at<uint64_t>(kMap.barriers); }
 };
 
 /// The named barriers of a pipelined block (0 is __syncthreads').
@@ -188,17 +191,395 @@ template <int Tiles> LINAC_DEVICE void opaque(float (&x)[Tiles][4]) {
       asm volatile("" : "+f"(x[n][r]));
 }
 
+/// A state warp's share of the transposed state S^T in fp32 registers:
+/// tile n holds its 16 value columns by keys 8n..8n+7.
+template <typename Layer> using StateTiles = float[Layer::K / 8][4];
+
+/// Where value column `col` of the state entering or leaving `work` is in
+/// memory: past a transition's last column, nowhere (-1).
+template <typename Layer>
+LINAC_DEVICE int stateMemoryColumn(const ChunkWork &work, int col) {
+  if (work.identityFrom >= 0)
+    return work.identityFrom + col < Layer::K ? col : -1;
+  return col;
+}
+
+/// A state warp's columns column..column+15 of the state entering `work`.
+template <typename Layer>
+LINAC_DEVICE void loadStateTiles(StateTiles<Layer> &st, const ChunkWork &work,
+                                 int column, bool live) {
+#pragma unroll
+  for (int n = 0; n < Layer::K / 8; ++n)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int col = column + accRow(r), key = n * 8 + accCol(r);
+      float x = 0.0f;
+      if (!live)
+        x = 0.0f;
+      else if (work.identityFrom >= 0)
+        x = stateMemoryColumn<Layer>(work, col) >= 0 &&
+                    key == work.identityFrom + col
+                ? 1.0f
+                : 0.0f;
+      else if (work.initial)
+        x = work.initial[key * stateColumns<Layer>() + col];
+      st[n][r] = x;
+    }
+}
+
+/// A state warp's columns of the state leaving `work`, where it goes.
+template <typename Layer>
+LINAC_DEVICE void storeStateTiles(const StateTiles<Layer> &st,
+                                  const ChunkWork &work, int column,
+                                  bool live) {
+  if (!work.final || !live)
+    return;
+#pragma unroll
+  for (int n = 0; n < Layer::K / 8; ++n)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int col = column + accRow(r), key = n * 8 + accCol(r);
+      const int at = stateMemoryColumn<Layer>(work, col);
+      if (at >= 0)
+        work.final[key * work.finalStride + at] = st[n][r];
+    }
+}
+
+/// Token i's prologue operands into a buffer: q, k, e and u as bf16 rows,
+/// the log-gate floored.
+template <typename Layer, typename Layout>
+LINAC_DEVICE void storeOperands(
+    const typename Layout::Buffer &buffer, int i,
+    const ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> &ops) {
+  ops.q.storeAligned(buffer.q() + i * Layout::KS);
+  ops.k.storeAligned(buffer.k() + i * Layout::KS);
+  ops.e.storeAligned(buffer.w() + i * Layout::KS);
+  ops.u.u.storeAligned(buffer.u() + i * Layout::VS);
+  if (laneId() == 0)
+    buffer.lambda()[i] =
+        Layer::kKeyGate == Gate::Scalar ? floorLogGate(ops.gk) : 0.0f;
+}
+
+/// The operands of a row past the chunk's last token: zeros, which change
+/// no product.
+template <typename Layer>
+LINAC_DEVICE ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> noOperands() {
+  ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops;
+  ops.q = ops.k = ops.e = WarpVec<Layer::K>::splat(0.0f);
+  ops.u.u = WarpVec<Layer::V>::splat(0.0f);
+  ops.gk = 0.0f;
+  return ops;
+}
+
+/// Prepares a buffer whose rows hold a chunk's prologue operands, by a
+/// group of kPipelineGroupWarps warps (warp p of them, thread `thread`),
+/// `prepared()` their barrier: cumulative log-gates; the masked
+/// intra-chunk matrices P (when `reads`) and A; T = (I + A)^-1 by blocks;
+/// U' = T U (zero unless `values`) and W = T (E (.) Gamma); the queries and
+/// keys rescaled to Q (.) Gamma scale and K (.) Gamma_C / Gamma.
+template <typename Layer, typename Layout, typename Sync>
+LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
+                                int thread, float scale, bool reads,
+                                bool values, Sync prepared) {
+  constexpr int C = Layout::C, K = Layer::K, V = Layer::V;
+  constexpr int KS = Layout::KS, VS = Layout::VS, PS = Layout::PS,
+                AS = Layout::AS, IS = Layout::IS;
+  constexpr int GroupWarps = kPipelineGroupWarps,
+                GroupThreads = 32 * GroupWarps;
+  constexpr int KeySteps = K / 16, ChunkSteps = C / 16;
+  constexpr Gate G = Layer::kKeyGate;
+  // 2. Cumulative log-gates, a warp: two tokens a lane, then across lanes.
+  if constexpr (G == Gate::Scalar) {
+    if (p == 0) {
+      const int lane = laneId();
+      float first = buffer.lambda()[2 * lane],
+            both = first + buffer.lambda()[2 * lane + 1];
+      float inclusive = both;
+      for (int offset = 1; offset < 32; offset *= 2) {
+        float below = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset)
+          inclusive += below;
+      }
+      buffer.lambda()[2 * lane] = inclusive - both + first;
+      buffer.lambda()[2 * lane + 1] = inclusive;
+      if (lane == 31)
+        *buffer.decay() = __expf(inclusive);
+    }
+    prepared();
+  } else if (thread == 0) {
+    *buffer.decay() = 1.0f;
+  }
+  auto lambda = [&](int i) {
+    return G == Gate::Scalar ? buffer.lambda()[i] : 0.0f;
+  };
+
+  // 3. P_ij = scale q_i.k_j e^(lambda_i - lambda_j) for j <= i, and A_ij
+  // = e_i.k_j e^(lambda_i - lambda_j) for j < i: one 16 x 16 block of
+  // either a task, those above the diagonal zero.
+  for (int task = p; task < 32; task += GroupWarps) {
+    const bool query = task < 16;
+    const int rows = task % 4 * 16, keys = task / 4 % 4 * 16;
+    if (query && !reads)
+      continue;
+    float acc[2][4];
+    zero(acc);
+    if (keys <= rows)
+      warpProduct<2, KeySteps>(acc,
+                               SharedRows{query ? buffer.q() : buffer.w(), KS,
+                                          rows},
+                               SharedRows{buffer.k(), KS, keys});
+    for (int n = 0; n < 2; ++n)
+      for (int r = 0; r < 4; r += 2) {
+        const int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
+        float x[2];
+        for (int h = 0; h < 2; ++h) {
+          const bool kept = query ? j + h <= i : j + h < i;
+          x[h] = kept ? acc[n][r + h] * __expf(lambda(i) - lambda(j + h)) *
+                            (query ? scale : 1.0f)
+                      : 0.0f;
+        }
+        if (query)
+          *reinterpret_cast<uint32_t *>(buffer.p() + i * PS + j) =
+              pack(x[0], x[1]);
+        else
+          *reinterpret_cast<float2 *>(Layout::a() + i * AS + j) =
+              make_float2(x[0], x[1]);
+      }
+  }
+  prepared();
+
+  // 4. T = (I + A)^-1 in place of A, in fp32: the inverses T_tt of the
+  // diagonal blocks (a half-warp a column, forward substitution down the
+  // rows), then each row of blocks t in turn, T_ts = -T_tt sum_{s <= m <
+  // t} A_tm T_ms, a warp a column tile of 8.
+  constexpr int Rows = 16, Blocks = C / Rows;
+  for (int job = p; job < Blocks * Rows / 2; job += GroupWarps) {
+    const int b = job / (Rows / 2), column = job % (Rows / 2) * 2 +
+                                             laneId() / 16;
+    const int i = laneId() % 16;
+    const float *row = Layout::a() + (b * Rows + i) * AS + b * Rows;
+    float x = i == column ? 1.0f : 0.0f;
+#pragma unroll
+    for (int m = 0; m < Rows - 1; ++m) {
+      const float y = __shfl_sync(0xffffffffu, x, m, 16);
+      if (i > m)
+        x -= row[m] * y;
+    }
+    Layout::inverses()[(b * Rows + i) * IS + column] = x;
+  }
+  prepared();
+  const int g = laneId() >> 2, pair = (laneId() & 3) * 2;
+  for (int t = 1; t < Blocks; ++t) {
+    // Tiles (s, n): column tile n of 8 of block column s < t.
+    float tile[4] = {};
+    const int tileIndex = p, s0 = tileIndex / 2;
+    const bool has = tileIndex < 2 * t;
+    if (has) {
+      const int cols = s0 * Rows + tileIndex % 2 * 8;
+      float y[4] = {};
+      // Y = sum_{s0 <= m < t} A_tm T_ms: the diagonal block T_{s0 s0}
+      // from the inverses, the others from T's finished rows.
+      for (int m = s0; m < t; ++m) {
+        const float *aRow = Layout::a() + (t * Rows) * AS + m * Rows;
+        const float *tBlock =
+            m == s0 ? Layout::inverses() + (m * Rows) * IS + tileIndex % 2 * 8
+                    : Layout::a() + (m * Rows) * AS + cols;
+        tf32Product<2>(y, aRow, AS, tBlock, m == s0 ? IS : AS, 2, 1.0f);
+      }
+      // Through the warp's rows of its own scratch: the diagonal block
+      // T_tt's columns this tile needs are the inverses.
+      float *scratch = Layout::scratch() + p * kPipelineScratchFloats;
+      scratch[g * 8 + pair] = y[0];
+      scratch[g * 8 + pair + 1] = y[1];
+      scratch[(g + 8) * 8 + pair] = y[2];
+      scratch[(g + 8) * 8 + pair + 1] = y[3];
+      __syncwarp();
+      tf32Product<2>(tile, Layout::inverses() + (t * Rows) * IS, IS, scratch, 8, 2,
+                     -1.0f);
+    }
+    prepared();
+    if (has) {
+      float *out = Layout::a() + (t * Rows + g) * AS + s0 * Rows +
+                   tileIndex % 2 * 8 + pair;
+      out[0] = tile[0];
+      out[1] = tile[1];
+      out[8 * AS] = tile[2];
+      out[8 * AS + 1] = tile[3];
+    }
+    prepared();
+  }
+  // The diagonal blocks' inverses into T.
+  for (int e = thread; e < Blocks * Rows * Rows; e += GroupThreads) {
+    const int b = e / (Rows * Rows), i = e / Rows % Rows, j = e % Rows;
+    Layout::a()[(b * Rows + i) * AS + b * Rows + j] =
+        Layout::inverses()[(b * Rows + i) * IS + j];
+  }
+  prepared();
+
+  // 5. U' = T U, then W = T (E (.) Gamma): warp p takes rows 16(p % 4)..
+  // and half p / 4 of the columns into registers, and once every warp
+  // has read U (then E) the products replace them.
+  const int rowBase = p % 4 * 16, half = p / 4;
+  auto tRow = [&](bool gated) {
+    return [&, gated](int r, int j) {
+      const float *row = Layout::a() + (rowBase + r) * AS + j;
+      float lo = row[0], hi = row[1];
+      if (gated && G == Gate::Scalar) {
+        lo *= __expf(lambda(j));
+        hi *= __expf(lambda(j + 1));
+      }
+      return pack(lo, hi);
+    };
+  };
+  auto solved = [&](auto tiles, __nv_bfloat16 *m, int stride, bool gated,
+                    bool zeros) {
+    constexpr int Tiles = decltype(tiles)::value;
+    const int first = half * Tiles * 8;
+    float acc[Tiles][4];
+    zero(acc);
+    if (!zeros)
+      warpProduct<Tiles, ChunkSteps>(acc, tRow(gated),
+                                     SharedColumns{m, stride, first});
+    prepared();
+    for (int n = 0; n < Tiles; ++n)
+      for (int r = 0; r < 4; r += 2)
+        *reinterpret_cast<uint32_t *>(m + (rowBase + accRow(r)) * stride +
+                                      first + n * 8 + accCol(r)) =
+            pack(acc[n][r], acc[n][r + 1]);
+  };
+  solved(std::integral_constant<int, V / 16>{}, buffer.u(), VS, false,
+         !values);
+  solved(std::integral_constant<int, K / 16>{}, buffer.w(), KS, true, false);
+  {
+    const float last = lambda(C - 1);
+    for (int e = thread; e < C * K / 2; e += GroupThreads) {
+      const int i = e / (K / 2), d = e % (K / 2) * 2;
+      auto rescale = [&](__nv_bfloat16 *m, float factor) {
+        uint32_t *at = reinterpret_cast<uint32_t *>(m + i * KS + d);
+        *at = scalePair(*at, factor, factor);
+      };
+      rescale(buffer.q(), __expf(lambda(i)) * scale);
+      if (G == Gate::Scalar)
+        rescale(buffer.k(), __expf(last - lambda(i)));
+    }
+  }
+  prepared();
+}
+
+/// One chunk through a state warp's columns of S^T, from a prepared
+/// buffer: Delta^T = U'^T - S^T W^T (U' taken as zero unless `values`);
+/// with `reads`, O^T = S^T Q^T + Delta^T P^T into the reads' memory; then
+/// S^T <- Gamma_C S^T + Delta^T K'. The state and Delta stay in the warp's
+/// registers as A operands.
+template <typename Layer, typename Layout>
+LINAC_DEVICE void advanceState(StateTiles<Layer> &st,
+                               const typename Layout::Buffer &buffer,
+                               int column, bool reads, bool values) {
+  constexpr int C = Layout::C, K = Layer::K;
+  constexpr int KS = Layout::KS, VS = Layout::VS, PS = Layout::PS,
+                OS = Layout::OS;
+  constexpr int KeyTiles = K / 8, KeySteps = K / 16, ChunkTiles = C / 8,
+                ChunkSteps = C / 16;
+  // acc += S^T m^T for the Tiles tokens of m (rows of keys) from `first`:
+  // the state's bf16 A fragments of each k-step (keys 16s..16s+15) made
+  // from its registers.
+  auto fromState = [&](auto &acc, const __nv_bfloat16 *m, int first) {
+    constexpr int Tiles = std::extent_v<std::remove_reference_t<decltype(acc)>>;
+#pragma unroll
+    for (int ks = 0; ks < KeySteps; ++ks) {
+      uint32_t a[4];
+      accumulatorFragment(a, st, ks);
+#pragma unroll
+      for (int n = 0; n < Tiles; ++n) {
+        uint32_t b[2];
+        fragmentB(b, SharedRows{m, KS, first}, ks * 16, n * 8);
+        mma(acc[n], a, b);
+      }
+    }
+  };
+  // Delta^T = U'^T - S^T W^T, 16 value columns by the chunk's tokens.
+  float delta[ChunkTiles][4];
+  zero(delta);
+  fromState(delta, buffer.w(), 0);
+#pragma unroll
+  for (int ts = 0; ts < ChunkSteps; ++ts) {
+    uint32_t u[4] = {0, 0, 0, 0};
+    if (values)
+      fragmentA(u, SharedColumns{buffer.u(), VS, column}, ts * 16);
+    // Fragment register r holds tile 2ts + r / 2, rows +8 when odd.
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      __nv_bfloat162 pair;
+      memcpy(&pair, &u[r], sizeof pair);
+      const float2 x = __bfloat1622float2(pair);
+      const int n = 2 * ts + r / 2, at = r % 2 * 2;
+      delta[n][at] = x.x - delta[n][at];
+      delta[n][at + 1] = x.y - delta[n][at + 1];
+    }
+  }
+  uint32_t deltaFragments[ChunkSteps][4];
+#pragma unroll
+  for (int ts = 0; ts < ChunkSteps; ++ts)
+    accumulatorFragment(deltaFragments[ts], delta, ts);
+  // The state's bf16 fragments are made again for each product: kept from
+  // the first, they would take 32 registers more.
+  opaque(st);
+
+  if (reads) {
+    // O^T = S^T Q^T + Delta^T P^T, by halves of the chunk's tokens
+    // (registers: the state, Delta and a half).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      constexpr int HalfTiles = ChunkTiles / 2;
+      float out[HalfTiles][4];
+      zero(out);
+      fromState(out, buffer.q(), h * C / 2);
+      warpProduct<HalfTiles, ChunkSteps>(
+          out, RegisterA<ChunkSteps>{deltaFragments},
+          SharedRows{buffer.p(), PS, h * C / 2});
+      opaque(st);
+#pragma unroll
+      for (int n = 0; n < HalfTiles; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          Layout::o()[(h * C / 2 + n * 8 + accCol(r)) * OS + column +
+                      accRow(r)] = out[n][r];
+    }
+  }
+  // S^T <- Gamma_C S^T + Delta^T K'.
+  const float decay = *buffer.decay();
+#pragma unroll
+  for (int n = 0; n < KeyTiles; ++n)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      st[n][r] *= decay;
+  warpProduct<KeyTiles, ChunkSteps>(st, RegisterA<ChunkSteps>{deltaFragments},
+                                    SharedColumns{buffer.k(), KS, 0});
+}
+
+/// The generated epilogue of chunk c's reads (in the reads' memory), warp
+/// `warp` of `warps` a token.
+template <typename Layer, typename T, typename Layout>
+LINAC_DEVICE void chunkEpilogue(const linac_cuda_forward_args &args,
+                                const ChunkWork &work, int64_t c, int length,
+                                int warp, int warps) {
+  T *output = static_cast<T *>(args.output);
+  for (int i = warp; i < length; i += warps) {
+    const int64_t token = work.begin + c * Layout::C + i;
+    Layer::Chunk::epilogue(Token<Layer, T>{args, token, work.head},
+                           WarpVec<Layer::V>::load(Layout::o() + i * Layout::OS),
+                           output + (token * args.num_heads + work.head) *
+                                        Layer::V);
+  }
+}
+
 template <typename Layer, typename T>
 LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
                                  const ChunkWork &work) {
   using Layout = PipelineLayout<Layer>;
   constexpr int C = Layout::C, K = Layer::K, V = Layer::V;
-  constexpr int KS = Layout::KS, VS = Layout::VS, PS = Layout::PS,
-                AS = Layout::AS, OS = Layout::OS, IS = Layout::IS;
   constexpr int GroupWarps = kPipelineGroupWarps,
                 GroupThreads = 32 * GroupWarps;
-  constexpr int KeyTiles = K / 8, KeySteps = K / 16, ChunkTiles = C / 8,
-                ChunkSteps = C / 16;
   constexpr Gate G = Layer::kKeyGate;
   static_assert(Layer::kErase && G != Gate::Vector && !Layer::kNormalizer &&
                     !Layer::kValueDecay && !Layer::kReadBefore,
@@ -208,13 +589,11 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
                     V <= 16 * GroupWarps && C == 64,
                 "a state warp holds 16 value columns of every key");
 
-  using s = Layout;
   const int warpIndex = threadIdx.x / 32;
   const int head = work.head;
   const int64_t begin = work.begin, end = work.end;
   const int64_t chunks = (end - begin + C - 1) / C;
   const bool reads = work.reads;
-  T *output = static_cast<T *>(args.output);
   auto chunkLength = [&](int64_t c) {
     const int64_t left = end - begin - c * C;
     return left < C ? int(left) : C;
@@ -227,49 +606,11 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
     setRegisters<kStateRegisters, true>();
     const int w = warpIndex, column = 16 * w;
     const bool live = column < V;
-    // st[n]: value columns column..column+15 by keys 8n..8n+7, fp32.
-    float st[KeyTiles][4];
-    auto memoryColumn = [&](int key, int col) {
-      if (work.identityFrom >= 0)
-        return work.identityFrom + col < Layer::K ? col : -1;
-      return col;
-    };
-#pragma unroll
-    for (int n = 0; n < KeyTiles; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int col = column + accRow(r), key = n * 8 + accCol(r);
-        float x = 0.0f;
-        if (!live)
-          x = 0.0f;
-        else if (work.identityFrom >= 0)
-          x = memoryColumn(key, col) >= 0 && key == work.identityFrom + col
-                  ? 1.0f
-                  : 0.0f;
-        else if (work.initial)
-          x = work.initial[key * stateColumns<Layer>() + col];
-        st[n][r] = x;
-      }
-    // acc += S^T m^T for the Tiles tokens of m (rows of keys) from `first`:
-    // the state's bf16 A fragments of each k-step (keys 16s..16s+15) made
-    // from its registers.
-    auto fromState = [&](auto &acc, const __nv_bfloat16 *m, int first) {
-      constexpr int Tiles = std::extent_v<std::remove_reference_t<decltype(acc)>>;
-#pragma unroll
-      for (int ks = 0; ks < KeySteps; ++ks) {
-        uint32_t a[4];
-        accumulatorFragment(a, st, ks);
-#pragma unroll
-        for (int n = 0; n < Tiles; ++n) {
-          uint32_t b[2];
-          fragmentB(b, SharedRows{m, KS, first}, ks * 16, n * 8);
-          mma(acc[n], a, b);
-        }
-      }
-    };
-    // The generated prologue of chunk c into its buffer, a warp a token:
-    // q, k, e and u as bf16 rows, the log-gates floored. Each warp's next
-    // token's inputs are loaded a token ahead, across chunks.
+    StateTiles<Layer> st;
+    loadStateTiles<Layer>(st, work, column, live);
+    // The generated prologue of chunk c into its buffer, a warp a token.
+    // Each warp's next token's inputs are loaded a token ahead, across
+    // chunks.
     TokenInputs<Layer, T> next;
     if (w < end - begin)
       next.load(Token<Layer, T>{args, begin + w, head});
@@ -281,7 +622,7 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
         prefetchInputs<Layer, T>(args, start + C, chunkLength(c + 1), head,
                                  threadIdx.x, GroupThreads);
       for (int i = w; i < C; i += GroupWarps) {
-        ChunkOperands<K, V, G> ops;
+        ChunkOperands<K, V, G> ops = noOperands<Layer>();
         if (i < L) {
           const TokenInputs<Layer, T> current = next;
           if (start + i + GroupWarps < end)
@@ -290,17 +631,8 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
               RegisterToken<Layer, T>{{args, start + i, head}, current}, ops);
           if (work.identityFrom >= 0)
             ops.u.u = WarpVec<V>::splat(0.0f);
-        } else {
-          ops.q = ops.k = ops.e = WarpVec<K>::splat(0.0f);
-          ops.u.u = WarpVec<V>::splat(0.0f);
-          ops.gk = 0.0f;
         }
-        ops.q.storeAligned(buffer.q() + i * KS);
-        ops.k.storeAligned(buffer.k() + i * KS);
-        ops.e.storeAligned(buffer.w() + i * KS);
-        ops.u.u.storeAligned(buffer.u() + i * VS);
-        if (laneId() == 0)
-          buffer.lambda()[i] = G == Gate::Scalar ? floorLogGate(ops.gk) : 0.0f;
+        storeOperands<Layer, Layout>(buffer, i, ops);
       }
       barrierArrive(kTokensIn + c % 2, kChunkThreads);
     };
@@ -309,93 +641,22 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
     for (int64_t c = 0; c < chunks; ++c) {
       const typename Layout::Buffer buffer{int(c % 2)};
       barrierWait(kBufferFull + c % 2, kChunkThreads);
-      if (live) {
-        // Delta^T = U'^T - S^T W^T, 16 value columns by the chunk's tokens.
-        float delta[ChunkTiles][4];
-        zero(delta);
-        fromState(delta, buffer.w(), 0);
-#pragma unroll
-        for (int ts = 0; ts < ChunkSteps; ++ts) {
-          uint32_t u[4];
-          fragmentA(u, SharedColumns{buffer.u(), VS, column}, ts * 16);
-          // Fragment register r holds tile 2ts + r / 2, rows +8 when odd.
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            __nv_bfloat162 pair;
-            memcpy(&pair, &u[r], sizeof pair);
-            const float2 x = __bfloat1622float2(pair);
-            const int n = 2 * ts + r / 2, at = r % 2 * 2;
-            delta[n][at] = x.x - delta[n][at];
-            delta[n][at + 1] = x.y - delta[n][at + 1];
-          }
-        }
-        uint32_t deltaFragments[ChunkSteps][4];
-#pragma unroll
-        for (int ts = 0; ts < ChunkSteps; ++ts)
-          accumulatorFragment(deltaFragments[ts], delta, ts);
-        // The state's bf16 fragments are made again for each product: kept
-        // from the first, they would take 32 registers more.
-        opaque(st);
-
-        if (reads) {
-          // O^T = S^T Q^T + Delta^T P^T, by halves of the chunk's tokens
-          // (registers: the state, Delta and a half).
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            constexpr int HalfTiles = ChunkTiles / 2;
-            float out[HalfTiles][4];
-            zero(out);
-            fromState(out, buffer.q(), h * C / 2);
-            warpProduct<HalfTiles, ChunkSteps>(
-                out, RegisterA<ChunkSteps>{deltaFragments},
-                SharedRows{buffer.p(), PS, h * C / 2});
-            opaque(st);
-#pragma unroll
-            for (int n = 0; n < HalfTiles; ++n)
-#pragma unroll
-              for (int r = 0; r < 4; ++r)
-                s::o()[(h * C / 2 + n * 8 + accCol(r)) * OS + column +
-                       accRow(r)] = out[n][r];
-          }
-        }
-        // S^T <- Gamma_C S^T + Delta^T K'.
-        const float decay = *buffer.decay();
-#pragma unroll
-        for (int n = 0; n < KeyTiles; ++n)
-#pragma unroll
-          for (int r = 0; r < 4; ++r)
-            st[n][r] *= decay;
-        warpProduct<KeyTiles, ChunkSteps>(
-            st, RegisterA<ChunkSteps>{deltaFragments},
-            SharedColumns{buffer.k(), KS, 0});
-      }
+      if (live)
+        advanceState<Layer, Layout>(st, buffer, column, reads, true);
       // Every warp is done with this buffer and has its columns of the
       // reads in: the generated epilogue, a warp a token, then chunk c +
       // 2's prologue into the buffer; the reads' memory is free again once
       // every warp is past both.
       barrierWait(kStateWarps, GroupThreads);
-      for (int i = w; reads && i < chunkLength(c); i += GroupWarps) {
-        const int64_t token = begin + c * C + i;
-        Layer::Chunk::epilogue(Token<Layer, T>{args, token, head},
-                               WarpVec<V>::load(s::o() + i * OS),
-                               output + (token * args.num_heads + head) *
-                                            Layer::V);
-      }
+      if (reads)
+        chunkEpilogue<Layer, T, Layout>(args, work, c, chunkLength(c), w,
+                                        GroupWarps);
       if (c + 2 < chunks)
         prologue(c + 2);
       if (reads)
         barrierWait(kStateWarps, GroupThreads);
     }
-    if (work.final && live)
-#pragma unroll
-      for (int n = 0; n < KeyTiles; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int col = column + accRow(r), key = n * 8 + accCol(r);
-          const int at = memoryColumn(key, col);
-          if (at >= 0)
-            work.final[key * work.finalStride + at] = st[n][r];
-        }
+    storeStateTiles<Layer>(st, work, column, live);
     return;
   }
 
@@ -406,202 +667,14 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
   const int p = warpIndex - GroupWarps;
   const int thread = threadIdx.x - GroupThreads;
   const float scale = readScale<Layer>(args);
-  auto prepared = [&] { barrierWait(kPreparing, GroupThreads); };
   for (int64_t c = 0; c < chunks; ++c) {
     const typename Layout::Buffer buffer{int(c % 2)};
     barrierWait(kTokensIn + c % 2, kChunkThreads);
-
-    // 2. Cumulative log-gates, a warp: two tokens a lane, then across lanes.
-    if constexpr (G == Gate::Scalar) {
-      if (p == 0) {
-        const int lane = laneId();
-        float first = buffer.lambda()[2 * lane],
-              both = first + buffer.lambda()[2 * lane + 1];
-        float inclusive = both;
-        for (int offset = 1; offset < 32; offset *= 2) {
-          float below = __shfl_up_sync(0xffffffffu, inclusive, offset);
-          if (lane >= offset)
-            inclusive += below;
-        }
-        buffer.lambda()[2 * lane] = inclusive - both + first;
-        buffer.lambda()[2 * lane + 1] = inclusive;
-        if (lane == 31)
-          *buffer.decay() = __expf(inclusive);
-      }
-      prepared();
-    } else if (thread == 0) {
-      *buffer.decay() = 1.0f;
-    }
-    auto lambda = [&](int i) {
-      return G == Gate::Scalar ? buffer.lambda()[i] : 0.0f;
-    };
-
-    // 3. P_ij = scale q_i.k_j e^(lambda_i - lambda_j) for j <= i, and A_ij
-    // = e_i.k_j e^(lambda_i - lambda_j) for j < i: one 16 x 16 block of
-    // either a task, those above the diagonal zero.
-    for (int task = p; task < 32; task += GroupWarps) {
-      const bool query = task < 16;
-      const int rows = task % 4 * 16, keys = task / 4 % 4 * 16;
-      if (query && !reads)
-        continue;
-      float acc[2][4];
-      zero(acc);
-      if (keys <= rows)
-        warpProduct<2, KeySteps>(acc,
-                                 SharedRows{query ? buffer.q() : buffer.w(), KS,
-                                            rows},
-                                 SharedRows{buffer.k(), KS, keys});
-      for (int n = 0; n < 2; ++n)
-        for (int r = 0; r < 4; r += 2) {
-          const int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
-          float x[2];
-          for (int h = 0; h < 2; ++h) {
-            const bool kept = query ? j + h <= i : j + h < i;
-            x[h] = kept ? acc[n][r + h] * __expf(lambda(i) - lambda(j + h)) *
-                              (query ? scale : 1.0f)
-                        : 0.0f;
-          }
-          if (query)
-            *reinterpret_cast<uint32_t *>(buffer.p() + i * PS + j) =
-                pack(x[0], x[1]);
-          else
-            *reinterpret_cast<float2 *>(s::a() + i * AS + j) =
-                make_float2(x[0], x[1]);
-        }
-    }
-    prepared();
-
-    // 4. T = (I + A)^-1 in place of A, in fp32: the inverses T_tt of the
-    // diagonal blocks (a half-warp a column, forward substitution down the
-    // rows), then each row of blocks t in turn, T_ts = -T_tt sum_{s <= m <
-    // t} A_tm T_ms, a warp a column tile of 8.
-    constexpr int Rows = 16, Blocks = C / Rows;
-    for (int job = p; job < Blocks * Rows / 2; job += GroupWarps) {
-      const int b = job / (Rows / 2), column = job % (Rows / 2) * 2 +
-                                               laneId() / 16;
-      const int i = laneId() % 16;
-      const float *row = s::a() + (b * Rows + i) * AS + b * Rows;
-      float x = i == column ? 1.0f : 0.0f;
-#pragma unroll
-      for (int m = 0; m < Rows - 1; ++m) {
-        const float y = __shfl_sync(0xffffffffu, x, m, 16);
-        if (i > m)
-          x -= row[m] * y;
-      }
-      s::inverses()[(b * Rows + i) * IS + column] = x;
-    }
-    prepared();
-    const int g = laneId() >> 2, pair = (laneId() & 3) * 2;
-    for (int t = 1; t < Blocks; ++t) {
-      // Tiles (s, n): column tile n of 8 of block column s < t.
-      float tile[4] = {};
-      const int tileIndex = p, s0 = tileIndex / 2;
-      const bool has = tileIndex < 2 * t;
-      if (has) {
-        const int cols = s0 * Rows + tileIndex % 2 * 8;
-        float y[4] = {};
-        // Y = sum_{s0 <= m < t} A_tm T_ms: the diagonal block T_{s0 s0}
-        // from the inverses, the others from T's finished rows.
-        for (int m = s0; m < t; ++m) {
-          const float *aRow = s::a() + (t * Rows) * AS + m * Rows;
-          const float *tBlock =
-              m == s0 ? s::inverses() + (m * Rows) * IS + tileIndex % 2 * 8
-                      : s::a() + (m * Rows) * AS + cols;
-          tf32Product<2>(y, aRow, AS, tBlock, m == s0 ? IS : AS, 2, 1.0f);
-        }
-        // Through the warp's rows of its own scratch: the diagonal block
-        // T_tt's columns this tile needs are the inverses.
-        float *scratch = s::scratch() + p * kPipelineScratchFloats;
-        scratch[g * 8 + pair] = y[0];
-        scratch[g * 8 + pair + 1] = y[1];
-        scratch[(g + 8) * 8 + pair] = y[2];
-        scratch[(g + 8) * 8 + pair + 1] = y[3];
-        __syncwarp();
-        tf32Product<2>(tile, s::inverses() + (t * Rows) * IS, IS, scratch, 8, 2,
-                       -1.0f);
-      }
-      prepared();
-      if (has) {
-        float *out = s::a() + (t * Rows + g) * AS + s0 * Rows +
-                     tileIndex % 2 * 8 + pair;
-        out[0] = tile[0];
-        out[1] = tile[1];
-        out[8 * AS] = tile[2];
-        out[8 * AS + 1] = tile[3];
-      }
-      prepared();
-    }
-    // The diagonal blocks' inverses into T.
-    for (int e = thread; e < Blocks * Rows * Rows; e += GroupThreads) {
-      const int b = e / (Rows * Rows), i = e / Rows % Rows, j = e % Rows;
-      s::a()[(b * Rows + i) * AS + b * Rows + j] =
-          s::inverses()[(b * Rows + i) * IS + j];
-    }
-    prepared();
-
-    // 5. U' = T U, then W = T (E (.) Gamma): warp p takes rows 16(p % 4)..
-    // and half p / 4 of the columns into registers, and once every warp
-    // has read U (then E) the products replace them.
-    const int rowBase = p % 4 * 16, half = p / 4;
-    auto tRow = [&](bool gated) {
-      return [&, gated](int r, int j) {
-        const float *row = s::a() + (rowBase + r) * AS + j;
-        float lo = row[0], hi = row[1];
-        if (gated && G == Gate::Scalar) {
-          lo *= __expf(lambda(j));
-          hi *= __expf(lambda(j + 1));
-        }
-        return pack(lo, hi);
-      };
-    };
-    auto solved = [&](auto tiles, __nv_bfloat16 *m, int stride, bool gated,
-                      bool zeros) {
-      constexpr int Tiles = decltype(tiles)::value;
-      const int first = half * Tiles * 8;
-      float acc[Tiles][4];
-      zero(acc);
-      if (!zeros)
-        warpProduct<Tiles, ChunkSteps>(acc, tRow(gated),
-                                       SharedColumns{m, stride, first});
-      prepared();
-      for (int n = 0; n < Tiles; ++n)
-        for (int r = 0; r < 4; r += 2)
-          *reinterpret_cast<uint32_t *>(m + (rowBase + accRow(r)) * stride +
-                                        first + n * 8 + accCol(r)) =
-              pack(acc[n][r], acc[n][r + 1]);
-    };
-    solved(std::integral_constant<int, V / 16>{}, buffer.u(), VS, false,
-           work.identityFrom >= 0);
-    solved(std::integral_constant<int, K / 16>{}, buffer.w(), KS, true, false);
-    {
-      const float last = lambda(C - 1);
-      for (int e = thread; e < C * K / 2; e += GroupThreads) {
-        const int i = e / (K / 2), d = e % (K / 2) * 2;
-        auto rescale = [&](__nv_bfloat16 *m, float factor) {
-          uint32_t *at = reinterpret_cast<uint32_t *>(m + i * KS + d);
-          *at = scalePair(*at, factor, factor);
-        };
-        rescale(buffer.q(), __expf(lambda(i)) * scale);
-        if (G == Gate::Scalar)
-          rescale(buffer.k(), __expf(last - lambda(i)));
-      }
-    }
-    prepared();
+    prepareBuffer<Layer, Layout>(
+        buffer, p, thread, scale, reads, work.identityFrom < 0,
+        [&] { barrierWait(kPreparing, GroupThreads); });
     barrierArrive(kBufferFull + c % 2, kChunkThreads);
   }
-}
-
-/// A block of the chunkwise forward: its work in args' pass, on the
-/// kernel the plan chose.
-template <typename Layer, typename T>
-LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
-  ChunkWork work;
-  if (!chunkWork<Layer>(args, work))
-    return;
-  if constexpr (Layer::kChunkKernel == ChunkKernel::Pipelined)
-    pipelineChunks<Layer, T>(args, work);
-  else
-    runChunks<Layer, T>(args, work);
 }
 
 } // namespace linac::cuda

@@ -45,8 +45,9 @@ def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
            "gate or a sum over the value axis, or strips a tensor map "
            "cannot move, keep 1">,
     Option<"chunkKernel", "chunk-kernel", "std::string", "\"lockstep\"",
-           "A GPU's chunkwise kernel: lockstep (the default) or pipelined "
-           "(an erase under no gate or a scalar one, on sm_90a)">,
+           "A GPU's chunkwise kernel: lockstep (the default), pipelined or "
+           "phased (the last two: an erase under no gate or a scalar one, "
+           "on sm_90a)">,
   ];
   let dependentDialects = ["::linac::LinacDialect"];
 }

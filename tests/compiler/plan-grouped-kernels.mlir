@@ -3,6 +3,8 @@
 // RUN: linac-opt %s -linac-normalize '-linac-plan=target=cpu chunk-kernel=pipelined' | FileCheck %s --check-prefix=CPU
 // RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_80 chunk-kernel=pipelined' 2>&1 | FileCheck %s --check-prefix=SM80
 // RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=fast' 2>&1 | FileCheck %s --check-prefix=BADVALUE
+// RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=phased' | FileCheck %s --check-prefix=PHASED
+// RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_80 chunk-kernel=phased' 2>&1 | FileCheck %s --check-prefix=PHASED-SM80
 
 // The pipelined chunkwise kernel on request: its buffers (two chunks'
 // prepared operands, T, the reads) as the shared memory, no staged input
@@ -15,9 +17,20 @@
 // DEFAULT: chunk_kernel = "lockstep"
 // CPU: linac.layer @gated_delta
 // CPU-NOT: chunk_kernel
-// sm_80 cannot set each warp group's registers.
-// SM80: error: chunk-kernel=pipelined: the pipelined kernel takes an erase under no gate or a scalar one, without a normaliser, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a (it sets each warp group's registers)
-// BADVALUE: error: chunk-kernel must be lockstep or pipelined, got 'fast'
+// sm_80 can neither set each warp group's registers nor make bulk copies.
+// SM80: error: chunk-kernel=pipelined: the pipelined kernel takes an erase under no gate or a scalar one, without a normaliser, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a (it sets each warp group's registers or moves chunks by bulk copies)
+// BADVALUE: error: chunk-kernel must be lockstep, pipelined or phased, got 'fast'
+
+// The phased kernels on request: a state block of one warp group, its two
+// chunk buffers, the reads and two barriers as its shared memory; the
+// preparing block's one buffer, T and the warps' tiles; and the bytes of a
+// prepared chunk, one buffer's image.
+// PHASED: linac.layer @gated_delta
+// PHASED-SAME: block_threads = 256
+// PHASED-SAME: chunk_kernel = "phased"
+// PHASED-SAME: prepare_block_threads = 256 : i64, prepare_shared_memory = 105744 : i64, prepared_chunk_bytes = 79120 : i64
+// PHASED-SAME: shared_memory = 192048 : i64
+// PHASED-SM80: error: chunk-kernel=phased: the phased kernel takes an erase under no gate or a scalar one
 
 !key = tensor<128xf32, #linac.key>
 !value = tensor<128xf32, #linac.value>

@@ -1,8 +1,10 @@
 // RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=pipelined' 2>&1 | FileCheck %s
+// RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=phased' 2>&1 | FileCheck %s --check-prefix=PHASED
 
-// A key-vector gate is not the pipelined kernel's: asking for it is an
-// error naming what it takes.
+// A key-vector gate is neither the pipelined kernel's nor the phased
+// ones': asking for either is an error naming what it takes.
 // CHECK: error: chunk-kernel=pipelined: the pipelined kernel takes an erase under no gate or a scalar one
+// PHASED: error: chunk-kernel=phased: the phased kernel takes an erase under no gate or a scalar one
 
 !key = tensor<64xf32, #linac.key>
 !value = tensor<64xf32, #linac.value>

@@ -1,12 +1,12 @@
-// Gated DeltaNet at K = 64, V = 48: the pipelined chunkwise kernel with
-// three of its eight state warps holding value columns and keys of four
-// k-steps. The GPU check covers that path with it; tests/gpu/prepare.sh
-// compiles it beside the examples.
+// Gated DeltaNet at K = 64, V = 48: the pipelined and phased chunkwise
+// kernels with three of their eight state warps holding value columns and
+// keys of four k-steps. The GPU check covers those paths with it;
+// tests/gpu/compile_all.sh compiles it for each kernel.
 !key = tensor<64xf32, #linac.key>
 !value = tensor<48xf32, #linac.value>
 !state = !linac.state<64x48>
 
-linac.layer @pipelined_narrow(%S : !state)
+linac.layer @grouped_narrow(%S : !state)
     inputs(%q : !key, %k : !key, %v : !value, %g : f32, %b : f32) {
   %qn = linac.l2norm %q : !key
   %kn = linac.l2norm %k : !key

@@ -1,12 +1,12 @@
 // The delta rule without a gate at K = 32, V = 128, with its erase and
-// write strengths apart: the pipelined chunkwise kernel with a decay of 1
-// and keys of two k-steps. The GPU check covers that path with it;
-// tests/gpu/prepare.sh compiles it beside the examples.
+// write strengths apart: the pipelined and phased chunkwise kernels with a
+// decay of 1 and keys of two k-steps. The GPU check covers those paths with
+// it; tests/gpu/compile_all.sh compiles it for each kernel.
 !key = tensor<32xf32, #linac.key>
 !value = tensor<128xf32, #linac.value>
 !state = !linac.state<32x128>
 
-linac.layer @pipelined_ungated(%S : !state)
+linac.layer @grouped_ungated(%S : !state)
     inputs(%q : !key, %k : !key, %v : !value, %a : f32, %b : f32) {
   %qn = linac.l2norm %q : !key
   %kn = linac.l2norm %k : !key

@@ -1,0 +1,193 @@
+//===- phased.h - the phased chunkwise kernels -------------------*- C++ -*-===//
+//
+// The chunkwise algorithm with an erase (docs/design.md) in two phases:
+//
+//   prepare (linac_prepare_*), one block a chunk and head, every chunk of
+//     the batch at once: the generated prologue of the chunk's tokens and
+//     everything that does not depend on the state entering it, the
+//     pipelined kernel's preparing steps (pipeline.h), into a buffer that
+//     a bulk copy stores whole to its slot of args.prepared;
+//   state (linac_chunk_*), one block a (head, sequence) or segment as the
+//     lockstep kernel's: each chunk's buffer loaded by one bulk copy a
+//     chunk ahead, the state advanced through it by the pipelined kernel's
+//     state steps (the state in the warps' registers), and the generated
+//     epilogue of the reads.
+//
+// The sequential path then holds the state's products alone, and the
+// state-independent work fills the GPU whatever the batch's shape.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LINAC_CUDA_PHASED_H
+#define LINAC_CUDA_PHASED_H
+
+#include "linac/cuda/decode.h"
+#include "linac/cuda/pipeline.h"
+
+namespace linac::cuda {
+
+/// Blocks of the preparing phase a multiprocessor runs at once.
+inline constexpr int kPrepareBlocksPerMultiprocessor = 2;
+
+template <typename Layer> constexpr size_t prepareSharedBytes() {
+  return size_t(PipelineMap(Layer::K, Layer::V, PipelineBlock::Prepare).bytes);
+}
+template <typename Layer> LINAC_HOST_DEVICE constexpr int64_t preparedChunkBytes() {
+  return PipelineMap(Layer::K, Layer::V).bufferBytes;
+}
+
+template <typename Layer> LINAC_HOST_DEVICE constexpr void checkPhased() {
+  static_assert(Layer::kErase && Layer::kKeyGate != Gate::Vector &&
+                    !Layer::kNormalizer && !Layer::kValueDecay &&
+                    !Layer::kReadBefore,
+                "the phased kernels take an erase under no gate or a scalar "
+                "one");
+  static_assert(Layer::K % 16 == 0 && Layer::V % 16 == 0 && Layer::K <= 128 &&
+                    Layer::V <= 16 * kPipelineGroupWarps,
+                "a state warp holds 16 value columns of every key");
+}
+
+/// Where the prepared buffer of slot `slot` (geometry.h, preparedSlot) and
+/// `head` is in args.prepared.
+template <typename Layer>
+LINAC_DEVICE char *preparedBuffer(const linac_cuda_forward_args &args,
+                                  int64_t slot, int head) {
+  return static_cast<char *>(args.prepared) +
+         (slot * args.num_heads + head) * preparedChunkBytes<Layer>();
+}
+
+/// A block of the preparing phase: grid (preparedSlots, heads), slots
+/// between sequences idle.
+template <typename Layer, typename T>
+LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
+  checkPhased<Layer>();
+  using Layout = PipelineLayout<Layer, PipelineBlock::Prepare>;
+  constexpr int C = Layout::C, Warps = kPipelineGroupWarps;
+  static_assert(kPrepareBlocksPerMultiprocessor * (Layout::kMap.bytes + 1024) <=
+                    kSm90aSharedMemory + 1024,
+                "the preparing blocks' memory exceeds a multiprocessor's");
+  const int64_t slot = blockIdx.x;
+  const int head = blockIdx.y;
+  // The sequence whose chunks hold the slot: the last whose first slot is
+  // not after it.
+  int64_t low = 0, high = args.num_seqs - 1, begin = 0, end = 0;
+  while (low < high) {
+    const int64_t mid = (low + high + 1) / 2;
+    sequenceBounds(args, mid, begin, end);
+    if (preparedSlot(mid, begin, 0) <= slot)
+      low = mid;
+    else
+      high = mid - 1;
+  }
+  sequenceBounds(args, low, begin, end);
+  const int64_t start = begin + (slot - preparedSlot(low, begin, 0)) * C;
+  if (start >= end)
+    return;
+  const int length = end - start < C ? int(end - start) : C;
+  prefetchInputs<Layer, T>(args, start, length, head, threadIdx.x, 32 * Warps);
+
+  // The generated prologue, a warp a token, each warp's next token's
+  // inputs loaded while it runs this one's.
+  const typename Layout::Buffer buffer{0};
+  const int warp = threadIdx.x / 32;
+  TokenInputs<Layer, T> next;
+  if (warp < length)
+    next.load(Token<Layer, T>{args, start + warp, head});
+  for (int i = warp; i < C; i += Warps) {
+    ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops =
+        noOperands<Layer>();
+    if (i < length) {
+      const TokenInputs<Layer, T> current = next;
+      if (i + Warps < length)
+        next.load(Token<Layer, T>{args, start + i + Warps, head});
+      Layer::Chunk::prologue(
+          RegisterToken<Layer, T>{{args, start + i, head}, current}, ops);
+    }
+    storeOperands<Layer, Layout>(buffer, i, ops);
+  }
+  __syncthreads();
+  prepareBuffer<Layer, Layout>(buffer, warp, threadIdx.x,
+                               readScale<Layer>(args), true, true,
+                               [] { __syncthreads(); });
+  fenceSharedForBulkCopies();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    bulkStore(preparedBuffer<Layer>(args, slot, head), buffer.q(),
+              unsigned(Layout::kMap.bufferBytes));
+    commitBulkStores();
+    waitBulkStores();
+  }
+}
+
+/// A block of the state phase: `work`'s chunks from their prepared buffers.
+template <typename Layer, typename T>
+LINAC_DEVICE void phasedChunks(const linac_cuda_forward_args &args,
+                               const ChunkWork &work) {
+  checkPhased<Layer>();
+  using Layout = PipelineLayout<Layer, PipelineBlock::State>;
+  constexpr int C = Layout::C, Warps = kPipelineGroupWarps;
+  constexpr unsigned kBufferBytes = unsigned(Layout::kMap.bufferBytes);
+  const int64_t chunks = (work.end - work.begin + C - 1) / C;
+  int64_t seqBegin = 0, seqEnd = 0;
+  sequenceBounds(args, work.seq, seqBegin, seqEnd);
+  const int64_t firstSlot =
+      preparedSlot(work.seq, seqBegin, (work.begin - seqBegin) / C);
+  uint64_t *barriers = Layout::barriers();
+  // Chunk c's buffer into buffer c % 2, by thread 0.
+  auto load = [&](int64_t c) {
+    const typename Layout::Buffer buffer{int(c % 2)};
+    arriveExpecting(&barriers[c % 2], kBufferBytes);
+    bulkCopy(buffer.q(), preparedBuffer<Layer>(args, firstSlot + c, work.head),
+             kBufferBytes, &barriers[c % 2], readOncePolicy());
+  };
+  if (threadIdx.x == 0) {
+    initBarrier(&barriers[0]);
+    initBarrier(&barriers[1]);
+    for (int64_t c = 0; c < chunks && c < 2; ++c)
+      load(c);
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, column = 16 * warp;
+  const bool live = column < Layer::V;
+  StateTiles<Layer> st;
+  loadStateTiles<Layer>(st, work, column, live);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const typename Layout::Buffer buffer{int(c % 2)};
+    waitBarrier(&barriers[c % 2], unsigned(c / 2 % 2));
+    if (live)
+      advanceState<Layer, Layout>(st, buffer, column, work.reads,
+                                  work.identityFrom < 0);
+    // Every warp is done with the buffer, which takes chunk c + 2 while the
+    // epilogue runs, and has its columns of the reads in.
+    __syncthreads();
+    if (threadIdx.x == 0 && c + 2 < chunks)
+      load(c + 2);
+    if (work.reads) {
+      const int64_t left = work.end - work.begin - c * C;
+      chunkEpilogue<Layer, T, Layout>(args, work, c, left < C ? int(left) : C,
+                                      warp, Warps);
+      __syncthreads();
+    }
+  }
+  storeStateTiles<Layer>(st, work, column, live);
+}
+
+/// A block of the chunkwise forward: its work in args' pass, on the
+/// kernel the plan chose.
+template <typename Layer, typename T>
+LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
+  ChunkWork work;
+  if (!chunkWork<Layer>(args, work))
+    return;
+  if constexpr (Layer::kChunkKernel == ChunkKernel::Pipelined)
+    pipelineChunks<Layer, T>(args, work);
+  else if constexpr (Layer::kChunkKernel == ChunkKernel::Phased)
+    phasedChunks<Layer, T>(args, work);
+  else
+    runChunks<Layer, T>(args, work);
+}
+
+} // namespace linac::cuda
+
+#endif // LINAC_CUDA_PHASED_H

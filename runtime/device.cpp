@@ -154,20 +154,8 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
                       request.cuSeqlens.size() * sizeof(int64_t), stream);
     args.cu_seqlens = reinterpret_cast<const int64_t *>(cuSeqlens->address());
   }
-  // A phased forward prepares every chunk of the batch first, into a
-  // workspace that lives, in the stream's order, as long as the passes.
-  std::optional<cuda::StreamBuffer> prepared;
-  if (kernel.chunkwise && !prepareKernels_.empty()) {
-    const CudaKernel &prepare = kernelFor(request.dtype, prepareKernels_);
-    const int64_t tokens = request.cuSeqlens.empty()
-                               ? shape.sequences * shape.tokens
-                               : request.cuSeqlens.back();
-    const int64_t slots = cuda::preparedSlots(shape.sequences, tokens);
-    cuda::keepPoolMemory(context);
-    prepared.emplace(size_t(slots * shape.heads * preparedChunkBytes_), stream);
-    args.prepared = reinterpret_cast<void *>(prepared->address());
-    launch(prepare, context, &args, slots, shape.heads, stream);
-  }
+  const int64_t multiprocessors = cuda::multiprocessors(context);
+  std::vector<linac_cuda_segment> segments;
   if (kernel.chunkwise && composeKernel_) {
     SegmentShape segmentShape;
     segmentShape.offsets = request.cuSeqlens;
@@ -176,14 +164,35 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
         segmentShape.offsets.push_back(s * shape.tokens);
     segmentShape.heads = shape.heads;
     segmentShape.chunkSize = info_.plan.chunkSize.value();
-    segmentShape.multiprocessors = cuda::multiprocessors(context);
+    segmentShape.multiprocessors = multiprocessors;
     segmentShape.transitionBlocks = transitionBlocks_;
-    std::vector<linac_cuda_segment> segments =
-        cutSegments(segmentShape, request.segmentTokens);
-    if (!segments.empty())
-      return forwardSegments(kernel, context, args, segments, stream);
+    segments = cutSegments(segmentShape, request.segmentTokens);
   }
-  launch(kernel, context, &args, shape.heads, shape.sequences, stream);
+  // The phased kernels take the batches that would leave half the
+  // multiprocessors or more without a block, whole or cut into segments:
+  // there they win, elsewhere the chunkwise entry does (measured in
+  // bench/history/forward-chunkwise.md, version 18); or every batch when
+  // the plan says always. They prepare every chunk of the batch first, into
+  // a workspace that lives, in the stream's order, as long as the passes.
+  const bool idle =
+      !segments.empty() || 2 * shape.sequences * shape.heads <= multiprocessors;
+  const CudaKernel *forward = &kernel;
+  std::optional<cuda::StreamBuffer> prepared;
+  if (kernel.chunkwise && !phasedKernels_.empty() && (phasedAlways_ || idle)) {
+    forward = &kernelFor(request.dtype, phasedKernels_);
+    const int64_t tokens = request.cuSeqlens.empty()
+                               ? shape.sequences * shape.tokens
+                               : request.cuSeqlens.back();
+    const int64_t slots = cuda::preparedSlots(shape.sequences, tokens);
+    cuda::keepPoolMemory(context);
+    prepared.emplace(size_t(slots * shape.heads * preparedChunkBytes_), stream);
+    args.prepared = reinterpret_cast<void *>(prepared->address());
+    launch(kernelFor(request.dtype, preparingKernels_), context, &args, slots,
+           shape.heads, stream);
+  }
+  if (!segments.empty())
+    return forwardSegments(*forward, context, args, segments, stream);
+  launch(*forward, context, &args, shape.heads, shape.sequences, stream);
 }
 
 void Package::forwardSegments(const CudaKernel &kernel, CUctx_st *context,

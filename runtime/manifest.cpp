@@ -275,18 +275,23 @@ void checkAgreement(const Manifest &manifest) {
       throw SchemaError("segments are a GPU package's");
     checkKernel(manifest, manifest.segments->compose, "segments.compose");
   }
-  bool phased = manifest.plan.chunkKernel == ChunkKernel::Phased;
-  if (phased != manifest.prepare.has_value())
-    throw SchemaError(phased ? "prepare is missing for plan.chunk_kernel "
-                               "phased"
-                             : "prepare is only a phased plan's");
-  if (manifest.prepare) {
-    if (manifest.prepare->kernels.empty())
-      throw SchemaError("prepare.kernels is empty");
-    checkKernels(manifest, manifest.prepare->kernels, "prepare.kernels");
-    if (manifest.prepare->chunkBytes % 16 != 0)
-      throw SchemaError("prepare.chunk_bytes " +
-                        std::to_string(manifest.prepare->chunkBytes) +
+  if (manifest.plan.phased.has_value() != manifest.phased.has_value())
+    throw SchemaError(manifest.phased ? "phased is only a plan.phased plan's"
+                                      : "phased is missing for plan.phased");
+  if (const std::optional<Phased> &phased = manifest.phased) {
+    if (phased->state.empty() || phased->prepare.size() != phased->state.size())
+      throw SchemaError("phased.state is empty or not one kernel for each of "
+                        "phased.prepare's");
+    for (size_t i = 0; i < phased->state.size(); ++i)
+      if (phased->prepare[i].dtype != phased->state[i].dtype)
+        throw SchemaError("phased.prepare[" + std::to_string(i) +
+                          "] and phased.state[" + std::to_string(i) +
+                          "] differ in dtype");
+    checkKernels(manifest, phased->prepare, "phased.prepare");
+    checkKernels(manifest, phased->state, "phased.state");
+    if (phased->chunkBytes % 16 != 0)
+      throw SchemaError("phased.chunk_bytes " +
+                        std::to_string(phased->chunkBytes) +
                         " is not a multiple of 16");
   }
   if (isGpu(manifest.target)) {
@@ -364,18 +369,23 @@ std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file) {
                   plan.transitionBlocks.value()};
 }
 
-std::optional<Prepare> prepareFor(const Plan &plan, const std::string &file) {
-  if (plan.chunkKernel != ChunkKernel::Phased)
+std::optional<Phased> phasedFor(const Plan &plan, const std::string &file) {
+  if (!plan.phased)
     return std::nullopt;
-  Prepare prepare;
-  for (DType dtype : {DType::BFloat16, DType::Float16})
-    if (chunkwiseFor(plan, dtype))
-      prepare.kernels.push_back({"linac_prepare_" + std::string(nameOf(dtype)),
-                                 file, dtype, plan.family,
-                                 plan.prepareBlockThreads,
-                                 plan.prepareSharedMemory});
-  prepare.chunkBytes = plan.preparedChunkBytes.value();
-  return prepare;
+  Phased phased;
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    if (!chunkwiseFor(plan, dtype))
+      continue;
+    std::string name(nameOf(dtype));
+    phased.prepare.push_back({"linac_prepare_" + name, file, dtype, plan.family,
+                              plan.prepareBlockThreads,
+                              plan.prepareSharedMemory});
+    phased.state.push_back({"linac_phased_" + name, file, dtype, plan.family,
+                            plan.phasedBlockThreads, plan.phasedSharedMemory});
+  }
+  phased.chunkBytes = plan.preparedChunkBytes.value();
+  phased.use = *plan.phased;
+  return phased;
 }
 
 std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file) {

@@ -201,9 +201,11 @@ void Package::readManifest(const std::string &path, Package *package) {
     package->composeKernel_ = kernelsOf({info.segments->compose}).front();
     package->transitionBlocks_ = info.segments->transitionBlocks;
   }
-  if (info.prepare) {
-    package->prepareKernels_ = kernelsOf(info.prepare->kernels);
-    package->preparedChunkBytes_ = info.prepare->chunkBytes;
+  if (info.phased) {
+    package->preparingKernels_ = kernelsOf(info.phased->prepare);
+    package->phasedKernels_ = kernelsOf(info.phased->state);
+    package->preparedChunkBytes_ = info.phased->chunkBytes;
+    package->phasedAlways_ = info.phased->use == manifest::PhasedUse::Always;
   }
   package->decodeKernels_ = kernelsOf(info.decode.kernels);
   package->decodeParts_ = info.decode.parts.value();

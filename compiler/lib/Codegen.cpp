@@ -660,20 +660,6 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
   return out;
 }
 
-/// The CUDA templates' name of a GPU plan's chunkwise kernel
-/// (linac::cuda::ChunkKernel); Lockstep for a scan, which takes none.
-static StringRef chunkKernelName(std::optional<manifest::ChunkKernel> kernel) {
-  switch (kernel.value_or(manifest::ChunkKernel::Lockstep)) {
-  case manifest::ChunkKernel::Pipelined:
-    return "Pipelined";
-  case manifest::ChunkKernel::Phased:
-    return "Phased";
-  case manifest::ChunkKernel::Lockstep:
-    break;
-  }
-  return "Lockstep";
-}
-
 FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
                                              const manifest::Plan &plan) {
   BodyEmitter emitter(layer, plan);
@@ -710,7 +696,8 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           "  static constexpr DecodeStaging kDecodeStaging = "
           "DecodeStaging::{};\n{}{}",
           gate.str(),
-          chunkKernelName(plan.chunkKernel).str(),
+          plan.chunkKernel == manifest::ChunkKernel::Pipelined ? "Pipelined"
+                                                               : "Lockstep",
           plan.decodeWarps.value(), plan.decodeStages.value(),
           plan.decodeParts.value(),
           decodeStagingName(plan.decodeStaging.value()).str(),
@@ -764,15 +751,16 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
                        kernel.family == manifest::Family::Recurrent ? "SCAN"
                                                                     : "CHUNK",
                        StringRef(manifest::nameOf(kernel.dtype)).upper());
-  if (std::optional<manifest::Prepare> prepare =
-          manifest::prepareFor(plan, "")) {
+  if (std::optional<manifest::Phased> phased = manifest::phasedFor(plan, "")) {
     out += fmt::format(
-        "static_assert(linac::cuda::prepareSharedBytes<Layer>() == {} && "
+        "static_assert(linac::cuda::phasedSharedBytes<Layer>() == {} && "
+        "linac::cuda::prepareSharedBytes<Layer>() == {} && "
         "linac::cuda::preparedChunkBytes<Layer>() == {}, "
-        "\"the plan's preparing phase\");\n",
-        plan.prepareSharedMemory.value(), prepare->chunkBytes);
-    for (const manifest::Kernel &kernel : prepare->kernels)
-      out += fmt::format("LINAC_PREPARE_KERNEL_{}(Layer)\n",
+        "\"the plan's phased kernels\");\n",
+        plan.phasedSharedMemory.value(), plan.prepareSharedMemory.value(),
+        phased->chunkBytes);
+    for (const manifest::Kernel &kernel : phased->state)
+      out += fmt::format("LINAC_PHASED_KERNELS_{}(Layer)\n",
                          StringRef(manifest::nameOf(kernel.dtype)).upper());
   }
   if (std::optional<manifest::Segments> segments =

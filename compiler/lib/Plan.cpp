@@ -312,48 +312,49 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.subchunkSize = 16;
   if (gpu) {
     // One program per (sequence, head): sixteen warps, the state in their
-    // registers. On request, an erase under no gate or a scalar one takes
-    // a kernel of warp groups where its buffers fit: chunk-kernel=pipelined
-    // (one group of warps prepares the next chunk, the intra-chunk products
-    // and the solve, while the other advances the state through the
-    // current one) or chunk-kernel=phased (every chunk prepared at once by
-    // a kernel of its own, then the state through them). Neither is the
-    // default: on an H200 the pipelined kernel takes as long as the
-    // lockstep kernel for Gated DeltaNet at B8 T4096 H16 and 1.05x at B1
-    // T32768 (bench/history/forward-chunkwise.md, versions 17 and 18).
+    // registers. An erase under no gate or a scalar one also has kernels
+    // of warp groups where their buffers fit. chunk-kernel=pipelined makes
+    // the chunkwise entry the pipelined kernel: one group of warps prepares
+    // the next chunk (the intra-chunk products and the solve) while the
+    // other advances the state through the current one; on an H200 it
+    // takes as long as the lockstep kernel (bench/history/
+    // forward-chunkwise.md, version 17). The phased kernels prepare every
+    // chunk at once in one kernel and then run the state through them in
+    // another; they come beside the lockstep entry, taken by the runtime
+    // for the shapes where they win (on an H200 1.46x faster for Gated
+    // DeltaNet at B1 T32768 H16, 1.10x slower at B8 T4096 H16, version
+    // 18), or always with chunk-kernel=phased.
     int keys = int(state.getKeyDim()), values = int(valueDim);
-    bool grouped = (chunkKernel == "pipelined" || chunkKernel == "phased") &&
-                   target == manifest::Target::Sm90a &&
+    bool grouped = target == manifest::Target::Sm90a &&
                    form.erase != Strength::None &&
                    form.keyDecay != KeyDecay::Vector && !form.normalizer &&
                    !form.readBefore && keys % 16 == 0 && values % 16 == 0 &&
                    values <= 16 * cuda::kPipelineGroupWarps;
-    bool phased = grouped && chunkKernel == "phased";
-    int64_t groupedBytes =
-        cuda::PipelineMap(keys, values,
-                          phased ? cuda::PipelineBlock::State
-                                 : cuda::PipelineBlock::Pipelined)
-            .bytes;
-    grouped = grouped && groupedBytes <= sharedMemoryLimit(target);
-    plan.chunkKernel = !grouped ? manifest::ChunkKernel::Lockstep
-                       : phased ? manifest::ChunkKernel::Phased
-                                : manifest::ChunkKernel::Pipelined;
-    if (grouped) {
-      sharedBytes = groupedBytes;
+    int64_t pipelinedBytes = cuda::PipelineMap(keys, values).bytes;
+    cuda::PipelineMap phasedState(keys, values, cuda::PipelineBlock::State);
+    cuda::PipelineMap prepare(keys, values, cuda::PipelineBlock::Prepare);
+    bool pipelined = grouped && chunkKernel == "pipelined" &&
+                     pipelinedBytes <= sharedMemoryLimit(target);
+    bool phased = grouped &&
+                  (chunkKernel == "auto" || chunkKernel == "phased") &&
+                  phasedState.bytes <= sharedMemoryLimit(target);
+    plan.chunkKernel = pipelined ? manifest::ChunkKernel::Pipelined
+                                 : manifest::ChunkKernel::Lockstep;
+    if (pipelined) {
+      sharedBytes = pipelinedBytes;
       plan.sharedInputs.emplace();
       plan.lateSharedInputs.emplace();
     }
-    if (plan.chunkKernel == manifest::ChunkKernel::Phased) {
-      cuda::PipelineMap prepare(keys, values, cuda::PipelineBlock::Prepare);
-      plan.prepareBlockThreads =
-          cuda::pipelineThreads(cuda::ChunkKernel::Phased);
+    if (phased) {
+      plan.phased = chunkKernel == "phased" ? manifest::PhasedUse::Always
+                                            : manifest::PhasedUse::ByShape;
+      plan.phasedBlockThreads = plan.prepareBlockThreads =
+          cuda::kPhasedThreads;
+      plan.phasedSharedMemory = phasedState.bytes;
       plan.prepareSharedMemory = prepare.bytes;
       plan.preparedChunkBytes = prepare.bufferBytes;
     }
-    plan.blockThreads = cuda::pipelineThreads(
-        plan.chunkKernel == manifest::ChunkKernel::Phased
-            ? cuda::ChunkKernel::Phased
-            : cuda::ChunkKernel::Lockstep);
+    plan.blockThreads = cuda::kChunkThreads;
     plan.sharedMemory = sharedBytes;
     // The kernel's operands are bf16 whatever the activations, so fp16
     // inputs lose 3 mantissa bits the reference keeps; a normaliser's
@@ -398,10 +399,10 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
           << "decode-parts must be 1, 2 or 4, got " << decodeParts.getValue();
       return signalPassFailure();
     }
-    if (chunkKernel != "lockstep" && chunkKernel != "pipelined" &&
-        chunkKernel != "phased") {
+    if (chunkKernel != "auto" && chunkKernel != "lockstep" &&
+        chunkKernel != "pipelined" && chunkKernel != "phased") {
       getOperation().emitError()
-          << "chunk-kernel must be lockstep, pipelined or phased, got '"
+          << "chunk-kernel must be auto, lockstep, pipelined or phased, got '"
           << chunkKernel << "'";
       return signalPassFailure();
     }
@@ -412,10 +413,12 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
           planLayer(layer, *parsed, decodeWarps, decodeParts, chunkKernel);
       // A chunkable layer, whether its plan is chunkwise or a scan.
       bool chunkable = plan.chunkSize || plan.recurrentReason;
-      if (gpu && chunkKernel != "lockstep" && chunkable &&
-          manifest::nameOf(plan.chunkKernel.value_or(
-                                manifest::ChunkKernel::Lockstep)) !=
-              chunkKernel) {
+      // What was asked for by name must be what the plan took.
+      bool asked = chunkKernel == "pipelined" || chunkKernel == "phased";
+      bool taken = chunkKernel == "pipelined"
+                       ? plan.chunkKernel == manifest::ChunkKernel::Pipelined
+                       : plan.phased.has_value();
+      if (gpu && asked && chunkable && !taken) {
         layer.emitError()
             << "chunk-kernel=" << chunkKernel << ": the " << chunkKernel
             << " kernel takes an erase under no gate or a scalar one, "

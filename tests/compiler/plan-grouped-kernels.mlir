@@ -1,5 +1,7 @@
 // RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=pipelined' | FileCheck %s
 // RUN: linac-opt %s -linac-normalize -linac-plan=target=sm_90a | FileCheck %s --check-prefix=DEFAULT
+// RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=lockstep' | FileCheck %s --check-prefix=LOCKSTEP
+// RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_80' | FileCheck %s --check-prefix=DEFAULT-SM80
 // RUN: linac-opt %s -linac-normalize '-linac-plan=target=cpu chunk-kernel=pipelined' | FileCheck %s --check-prefix=CPU
 // RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_80 chunk-kernel=pipelined' 2>&1 | FileCheck %s --check-prefix=SM80
 // RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=fast' 2>&1 | FileCheck %s --check-prefix=BADVALUE
@@ -8,28 +10,36 @@
 
 // The pipelined chunkwise kernel on request: its buffers (two chunks'
 // prepared operands, T, the reads) as the shared memory, no staged input
-// rows. Without the request, and on the CPU, the lockstep kernel.
+// rows, and no phased kernels beside it. Without the request, and on the
+// CPU, the lockstep kernel; by default on sm_90a with the phased kernels
+// beside it for the runtime to take by shape, never with
+// chunk-kernel=lockstep or on sm_80.
 // CHECK: linac.layer @gated_delta
 // CHECK-SAME: chunk_kernel = "pipelined"
 // CHECK-SAME: family = "delta_chunkwise"
 // CHECK-SAME: late_shared_inputs = array<i64>
 // CHECK-SAME: shared_inputs = array<i64>, shared_memory = 218656 : i64
+// CHECK-NOT: phased
 // DEFAULT: chunk_kernel = "lockstep"
+// DEFAULT-SAME: phased = "by_shape"
+// LOCKSTEP: chunk_kernel = "lockstep"
+// LOCKSTEP-NOT: phased
+// DEFAULT-SM80: linac.layer @gated_delta
+// DEFAULT-SM80-NOT: phased
 // CPU: linac.layer @gated_delta
 // CPU-NOT: chunk_kernel
 // sm_80 can neither set each warp group's registers nor make bulk copies.
 // SM80: error: chunk-kernel=pipelined: the pipelined kernel takes an erase under no gate or a scalar one, without a normaliser, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a (it sets each warp group's registers or moves chunks by bulk copies)
-// BADVALUE: error: chunk-kernel must be lockstep, pipelined or phased, got 'fast'
+// BADVALUE: error: chunk-kernel must be auto, lockstep, pipelined or phased, got 'fast'
 
-// The phased kernels on request: a state block of one warp group, its two
-// chunk buffers, the reads and two barriers as its shared memory; the
-// preparing block's one buffer, T and the warps' tiles; and the bytes of a
-// prepared chunk, one buffer's image.
+// The phased kernels always on request, beside the lockstep entry: a state
+// block of one warp group, its two chunk buffers, the reads and two
+// barriers as its shared memory; the preparing block's one buffer, T and
+// the warps' tiles; and the bytes of a prepared chunk, one buffer's image.
 // PHASED: linac.layer @gated_delta
-// PHASED-SAME: block_threads = 256
-// PHASED-SAME: chunk_kernel = "phased"
-// PHASED-SAME: prepare_block_threads = 256 : i64, prepare_shared_memory = 105744 : i64, prepared_chunk_bytes = 79120 : i64
-// PHASED-SAME: shared_memory = 192048 : i64
+// PHASED-SAME: block_threads = 512
+// PHASED-SAME: chunk_kernel = "lockstep"
+// PHASED-SAME: phased = "always", phased_block_threads = 256 : i64, phased_shared_memory = 192048 : i64, prepare_block_threads = 256 : i64, prepare_shared_memory = 105744 : i64, prepared_chunk_bytes = 79120 : i64
 // PHASED-SM80: error: chunk-kernel=phased: the phased kernel takes an erase under no gate or a scalar one
 
 !key = tensor<128xf32, #linac.key>

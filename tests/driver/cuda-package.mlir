@@ -62,6 +62,17 @@
 // MANIFEST-NEXT: "file": "layer.cubin",
 // MANIFEST-NEXT: "shared_memory": 0
 // MANIFEST-NOT: "entry": "linac_scan_bfloat16",
+// An erase under a scalar gate also has the phased kernels, which the
+// runtime takes by the batch's shape.
+// MANIFEST: "phased": {
+// MANIFEST-NEXT: "chunk_bytes": {{[1-9][0-9]*}},
+// MANIFEST-NEXT: "prepare": [
+// MANIFEST: "entry": "linac_prepare_bfloat16",
+// MANIFEST: "entry": "linac_prepare_float16",
+// MANIFEST: "state": [
+// MANIFEST: "entry": "linac_phased_bfloat16",
+// MANIFEST: "entry": "linac_phased_float16",
+// MANIFEST: "use": "by_shape"
 // MANIFEST: "target": "sm_90a"
 
 // SOURCE: #include "linac/cuda/layer.h"
@@ -88,12 +99,21 @@
 // SOURCE: LINAC_CHUNK_KERNEL_BFLOAT16(Layer)
 // SOURCE-NEXT: LINAC_CHUNK_KERNEL_FLOAT16(Layer)
 // SOURCE-NEXT: LINAC_SCAN_KERNEL_FLOAT32(Layer)
+// SOURCE-NEXT: static_assert(linac::cuda::phasedSharedBytes<Layer>() ==
+// SOURCE-NEXT: LINAC_PHASED_KERNELS_BFLOAT16(Layer)
+// SOURCE-NEXT: LINAC_PHASED_KERNELS_FLOAT16(Layer)
 // SOURCE: LINAC_DECODE_KERNELS(Layer)
 // SOURCE: LINAC_CONTRACT("{{[0-9a-f]+}}")
 
 // WARPS8: "decode_warps": 8
 
 // STAGING: "late_shared_inputs": [],
+// STAGING-NEXT: "phased": "by_shape",
+// STAGING-NEXT: "phased_block_threads": 256,
+// STAGING-NEXT: "phased_shared_memory": {{[0-9]+}},
+// STAGING-NEXT: "prepare_block_threads": 256,
+// STAGING-NEXT: "prepare_shared_memory": {{[0-9]+}},
+// STAGING-NEXT: "prepared_chunk_bytes": {{[0-9]+}},
 // STAGING-NEXT: "scan_block_threads": {{[0-9]+}},
 // STAGING-NEXT: "shared_inputs": [
 // STAGING-NEXT: 0,

@@ -151,39 +151,49 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
   expectRefused(object, "kernels[0].isa is avx2_fma; only CPU kernels name one");
 }
 
-TEST(Manifest, PhasedPlansHaveAPreparingPhase) {
+TEST(Manifest, PhasedKernelsFollowThePlan) {
   schema::Manifest manifest = gpuManifest();
   schema::Plan &plan = manifest.plan;
-  plan.chunkKernel = schema::ChunkKernel::Phased;
-  plan.prepareBlockThreads = 256;
+  EXPECT_FALSE(schema::phasedFor(plan, "layer.cubin"));
+  plan.phased = schema::PhasedUse::ByShape;
+  plan.phasedBlockThreads = plan.prepareBlockThreads = 256;
+  plan.phasedSharedMemory = 90000;
   plan.prepareSharedMemory = 60000;
   plan.preparedChunkBytes = 4096;
-  manifest.prepare = schema::prepareFor(plan, "layer.cubin");
-  // One preparing kernel per chunkwise dtype: the plan's fp16 takes the scan.
-  ASSERT_TRUE(manifest.prepare);
-  ASSERT_EQ(manifest.prepare->kernels.size(), 1u);
-  EXPECT_EQ(manifest.prepare->kernels[0].entry, "linac_prepare_bfloat16");
-  EXPECT_EQ(manifest.prepare->kernels[0].sharedMemory, 60000);
-  EXPECT_EQ(manifest.prepare->chunkBytes, 4096);
+  manifest.phased = schema::phasedFor(plan, "layer.cubin");
+  // A preparing and a state kernel per chunkwise dtype: the plan's fp16
+  // takes the scan.
+  ASSERT_TRUE(manifest.phased);
+  ASSERT_EQ(manifest.phased->prepare.size(), 1u);
+  ASSERT_EQ(manifest.phased->state.size(), 1u);
+  EXPECT_EQ(manifest.phased->prepare[0].entry, "linac_prepare_bfloat16");
+  EXPECT_EQ(manifest.phased->prepare[0].sharedMemory, 60000);
+  EXPECT_EQ(manifest.phased->state[0].entry, "linac_phased_bfloat16");
+  EXPECT_EQ(manifest.phased->state[0].sharedMemory, 90000);
+  EXPECT_EQ(manifest.phased->chunkBytes, 4096);
+  EXPECT_EQ(manifest.phased->use, schema::PhasedUse::ByShape);
   schema::Manifest read = schema::read(schema::write(manifest));
-  EXPECT_EQ(read.prepare->kernels[0].blockThreads, 256);
-  EXPECT_FALSE(schema::prepareFor(gpuManifest().plan, "layer.cubin"));
+  EXPECT_EQ(read.phased->state[0].blockThreads, 256);
 
   struct Case {
     std::function<void(nlohmann::json &)> edit;
     std::string message;
   };
   std::vector<Case> cases = {
-      {[](auto &m) { m.erase("prepare"); },
-       "prepare is missing for plan.chunk_kernel phased"},
-      {[](auto &m) { m["plan"]["chunk_kernel"] = "lockstep"; },
-       "prepare is only a phased plan's"},
-      {[](auto &m) { m["prepare"]["kernels"] = nlohmann::json::array(); },
-       "prepare.kernels is empty"},
-      {[](auto &m) { m["prepare"]["chunk_bytes"] = 4100; },
-       "prepare.chunk_bytes 4100 is not a multiple of 16"},
-      {[](auto &m) { m["prepare"]["kernels"][0].erase("shared_memory"); },
-       "prepare.kernels[0] 'linac_prepare_bfloat16' has no block_threads or "
+      {[](auto &m) { m.erase("phased"); }, "phased is missing for plan.phased"},
+      {[](auto &m) { m["plan"].erase("phased"); },
+       "phased is only a plan.phased plan's"},
+      {[](auto &m) { m["phased"]["state"] = nlohmann::json::array(); },
+       "phased.state is empty or not one kernel for each of "
+       "phased.prepare's"},
+      {[](auto &m) { m["phased"]["state"][0]["dtype"] = "float16"; },
+       "phased.prepare[0] and phased.state[0] differ in dtype"},
+      {[](auto &m) { m["phased"]["chunk_bytes"] = 4100; },
+       "phased.chunk_bytes 4100 is not a multiple of 16"},
+      {[](auto &m) { m["phased"]["use"] = "never"; },
+       "phased.use is \"never\"; expected by_shape or always"},
+      {[](auto &m) { m["phased"]["prepare"][0].erase("shared_memory"); },
+       "phased.prepare[0] 'linac_prepare_bfloat16' has no block_threads or "
        "shared_memory"},
   };
   for (const Case &c : cases) {

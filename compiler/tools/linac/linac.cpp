@@ -76,10 +76,11 @@ static cl::opt<int64_t> decodeParts(
     cl::init(4), cl::sub(compileCommand));
 static cl::opt<std::string> chunkKernel(
     "chunk-kernel",
-    cl::desc("A GPU's chunkwise kernel: lockstep (the default), pipelined "
-             "or phased (the last two: an erase under no gate or a scalar "
-             "one, on sm_90a)"),
-    cl::init("lockstep"), cl::sub(compileCommand));
+    cl::desc("A GPU's chunkwise kernels: auto (the default: lockstep, and "
+             "the phased kernels for the shapes they win at where the layer "
+             "has them), lockstep, pipelined, or phased (always); the last "
+             "two for an erase under no gate or a scalar one, on sm_90a"),
+    cl::init("auto"), cl::sub(compileCommand));
 static cl::opt<Emit> emitStage(
     "emit", cl::desc("What to produce (printed, except the package)"),
     cl::values(clEnumValN(Emit::Mlir, "mlir", "the parsed and verified spec"),
@@ -135,7 +136,7 @@ manifestOf(linac::LayerOp layer, const linac::manifest::NormalForm &form,
          linac::kindOf(arg.getType())});
   contents.kernels = manifest::forwardKernels(plan, kernelFile);
   contents.segments = manifest::segmentsFor(plan, kernelFile);
-  contents.prepare = manifest::prepareFor(plan, kernelFile);
+  contents.phased = manifest::phasedFor(plan, kernelFile);
   contents.decode.kernels = manifest::decodeKernels(plan, kernelFile);
   // With tensor staging the runtime encodes a tensor map of each call's
   // pool for the kernel (linac_cuda_decode_args::state_map).

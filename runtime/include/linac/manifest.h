@@ -47,7 +47,10 @@ enum class ReadOrder { After, Before };
 /// whole tile, a per-channel gate split through reference log-gates (CPU),
 /// per-pair differences (CPU, value-side decays) or sub-chunks (GPUs).
 enum class GateNumerics { None, ScalarTile, Reference, Pairwise, Subchunk };
-enum class ChunkKernel { Lockstep, Pipelined, Phased };
+enum class ChunkKernel { Lockstep, Pipelined };
+/// When a package's phased kernels run instead of its chunkwise entry:
+/// for the shapes the runtime finds them faster at, or always.
+enum class PhasedUse { ByShape, Always };
 /// The instructions a CPU kernel file needs beyond x86-64's baseline.
 enum class CpuIsa { Baseline, Avx2Fma };
 enum class StateLayout { KeyMajor };
@@ -91,8 +94,9 @@ LINAC_ENUM_NAMES(GateNumerics, {{GateNumerics::None, "none"},
                                 {GateNumerics::Pairwise, "pairwise"},
                                 {GateNumerics::Subchunk, "subchunk"}})
 LINAC_ENUM_NAMES(ChunkKernel, {{ChunkKernel::Lockstep, "lockstep"},
-                               {ChunkKernel::Pipelined, "pipelined"},
-                               {ChunkKernel::Phased, "phased"}})
+                               {ChunkKernel::Pipelined, "pipelined"}})
+LINAC_ENUM_NAMES(PhasedUse, {{PhasedUse::ByShape, "by_shape"},
+                             {PhasedUse::Always, "always"}})
 LINAC_ENUM_NAMES(CpuIsa, {{CpuIsa::Baseline, "baseline"},
                           {CpuIsa::Avx2Fma, "avx2_fma"}})
 LINAC_ENUM_NAMES(StateLayout, {{StateLayout::KeyMajor, "key_major"}})
@@ -209,10 +213,12 @@ struct Plan {
   /// shared memory.
   std::optional<int64_t> transitionBlocks, composeBlockThreads,
       composeSharedMemory;
-  /// The phased chunk kernel's preparing phase: its block, its shared
-  /// memory and the bytes it stores for each chunk and head.
-  std::optional<int64_t> prepareBlockThreads, prepareSharedMemory,
-      preparedChunkBytes;
+  /// The phased kernels (templates/linac/cuda/phased.h): when they run,
+  /// the state kernel's block and shared memory, the preparing kernel's,
+  /// and the bytes it stores for each chunk and head.
+  std::optional<PhasedUse> phased;
+  std::optional<int64_t> phasedBlockThreads, phasedSharedMemory,
+      prepareBlockThreads, prepareSharedMemory, preparedChunkBytes;
 
   template <typename Self, typename Visit>
   static void fields(Self &self, Visit &&visit) {
@@ -242,6 +248,10 @@ struct Plan {
     visit("transition_blocks", self.transitionBlocks, Bounds{0, 16});
     visit("compose_block_threads", self.composeBlockThreads, kThreadBounds);
     visit("compose_shared_memory", self.composeSharedMemory,
+          kSharedMemoryBounds);
+    visit("phased", self.phased);
+    visit("phased_block_threads", self.phasedBlockThreads, kThreadBounds);
+    visit("phased_shared_memory", self.phasedSharedMemory,
           kSharedMemoryBounds);
     visit("prepare_block_threads", self.prepareBlockThreads, kThreadBounds);
     visit("prepare_shared_memory", self.prepareSharedMemory,
@@ -322,22 +332,26 @@ struct Segments {
 /// A package's segments: for chunkwise GPU plans only.
 std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file);
 
-/// The preparing phase of a phased chunkwise forward
-/// (templates/linac/cuda/abi.h, linac_cuda_forward_args::prepared): a
-/// kernel per chunkwise dtype, launched before the chunk kernel, and the
-/// workspace bytes it writes for each chunk slot and head.
-struct Prepare {
-  std::vector<Kernel> kernels;
+/// A package's phased chunkwise forward (templates/linac/cuda/abi.h,
+/// linac_cuda_forward_args::prepared): per chunkwise dtype a preparing
+/// kernel, launched first, and a state kernel that takes the chunkwise
+/// entry's grids and passes; the workspace bytes a chunk slot and head
+/// take; and when the runtime takes them.
+struct Phased {
+  std::vector<Kernel> prepare, state;
   int64_t chunkBytes = 0;
+  PhasedUse use = PhasedUse::ByShape;
 
   template <typename Self, typename Visit>
   static void fields(Self &self, Visit &&visit) {
-    visit("kernels", self.kernels);
+    visit("prepare", self.prepare);
+    visit("state", self.state);
     visit("chunk_bytes", self.chunkBytes, Bounds{16, 1 << 24});
+    visit("use", self.use);
   }
 };
-/// A package's preparing phase: for phased plans only.
-std::optional<Prepare> prepareFor(const Plan &plan, const std::string &file);
+/// A package's phased kernels, where the plan has them.
+std::optional<Phased> phasedFor(const Plan &plan, const std::string &file);
 
 /// New tokens per sequence one decode call takes (speculative decoding).
 inline constexpr int64_t kMaxDecodeTokens = 8;
@@ -399,7 +413,7 @@ struct Manifest {
   std::vector<Argument> arguments;
   std::vector<Kernel> kernels;
   std::optional<Segments> segments;
-  std::optional<Prepare> prepare;
+  std::optional<Phased> phased;
   Decode decode;
   /// The step as a JSON program the fp64 reference interprets.
   std::string step;
@@ -422,7 +436,7 @@ struct Manifest {
     visit("arguments", self.arguments);
     visit("kernels", self.kernels);
     visit("segments", self.segments);
-    visit("prepare", self.prepare);
+    visit("phased", self.phased);
     visit("decode", self.decode);
     visit("step", self.step, JsonText{});
     visit("integrity", self.integrity);

@@ -255,10 +255,12 @@ private:
   /// blocks a segment takes (the manifest's segments).
   std::optional<CudaKernel> composeKernel_;
   int64_t transitionBlocks_ = 0;
-  /// A phased package's preparing kernels, one per chunkwise dtype, and
-  /// the workspace bytes they write for each chunk slot and head.
-  std::vector<CudaKernel> prepareKernels_;
+  /// A package's phased kernels (the manifest's phased): preparing and
+  /// state kernels, one of each per chunkwise dtype, the workspace bytes a
+  /// chunk slot and head take, and whether they always run.
+  std::vector<CudaKernel> preparingKernels_, phasedKernels_;
   int64_t preparedChunkBytes_ = 0;
+  bool phasedAlways_ = false;
   std::unique_ptr<cuda::ModuleCache> modules_; ///< the cubin, per context
 };
 

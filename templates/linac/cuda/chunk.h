@@ -604,7 +604,7 @@ template <typename Layer> struct ChunkLayout {
 };
 
 template <typename Layer> constexpr int chunkThreads() {
-  return pipelineThreads(Layer::kChunkKernel);
+  return kChunkThreads;
 }
 
 /// v over the same lanes and slots as a vector of N, zero past the shorter
@@ -659,8 +659,6 @@ using ChunkTile = std::conditional_t<Layer::K % 16 == 0 && Layer::V % 16 == 0,
 template <typename Layer> constexpr size_t chunkSharedBytes() {
   if constexpr (Layer::kChunkKernel == ChunkKernel::Pipelined)
     return size_t(PipelineMap(Layer::K, Layer::V).bytes);
-  else if constexpr (Layer::kChunkKernel == ChunkKernel::Phased)
-    return size_t(PipelineMap(Layer::K, Layer::V, PipelineBlock::State).bytes);
   else
     return ChunkLayout<ChunkTile<Layer>>::kBytes;
 }

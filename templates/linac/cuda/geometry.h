@@ -31,11 +31,11 @@ namespace linac::cuda {
 /// How a key-side gate enters the chunkwise kernel.
 enum class Gate { None, Scalar, Vector };
 
-/// Which chunkwise kernel a layer's forward takes: every warp on each
-/// chunk in turn (chunk.h), two groups of warps on two chunks at once
-/// (pipeline.h), or two phases, every chunk's state-independent operands
-/// at once and then the state through them (phased.h).
-enum class ChunkKernel { Lockstep, Pipelined, Phased };
+/// Which kernel a layer's chunkwise entry (linac_chunk_*) is: every warp
+/// on each chunk in turn (chunk.h), or two groups of warps on two chunks
+/// at once (pipeline.h). The phased kernels (phased.h) have entries of
+/// their own.
+enum class ChunkKernel { Lockstep, Pipelined };
 
 /// Dynamic shared memory a block may have on sm_90a and on sm_80.
 inline constexpr int64_t kSm90aSharedMemory = 227 * 1024;
@@ -172,11 +172,8 @@ struct PipelineMap {
         bytes(barriers + (block == PipelineBlock::State ? 16 : 0)) {}
 };
 
-/// Threads of a pipelined block, or of either phased block (one group).
-LINAC_GEOMETRY int pipelineThreads(ChunkKernel kernel) {
-  return kernel == ChunkKernel::Phased ? 32 * kPipelineGroupWarps
-                                       : kChunkThreads;
-}
+/// Threads of either phased block: one group of warps.
+inline constexpr int kPhasedThreads = 32 * kPipelineGroupWarps;
 
 /// The phased kernels' slot of chunk c of a sequence from token `begin`:
 /// every sequence's chunks in order, a sequence's first after the slots of

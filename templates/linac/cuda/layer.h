@@ -37,19 +37,18 @@
 #define LINAC_CHUNK_KERNEL_FLOAT16(Layer)                                      \
   LINAC_CUDA_ENTRY(Layer, chunk, float16, __half,                             \
                    linac::cuda::chunkThreads<Layer>())
-/// The preparing phase of a phased chunkwise forward (phased.h).
-#define LINAC_PREPARE_KERNEL_BFLOAT16(Layer)                                   \
-  LINAC_CUDA_ENTRY_FOR(Layer, prepare, bfloat16, __nv_bfloat16,               \
-                       linac::cuda::pipelineThreads(                          \
-                           linac::cuda::ChunkKernel::Phased),                 \
+/// The phased chunkwise forward's two kernels (phased.h) of one
+/// activation dtype: the preparing phase, then the state's.
+#define LINAC_PHASED_KERNELS_FOR(Layer, dtype, T)                              \
+  LINAC_CUDA_ENTRY_FOR(Layer, prepare, dtype, T, linac::cuda::kPhasedThreads, \
                        linac::cuda::kPrepareBlocksPerMultiprocessor,          \
-                       linac_cuda_forward_args)
-#define LINAC_PREPARE_KERNEL_FLOAT16(Layer)                                    \
-  LINAC_CUDA_ENTRY_FOR(Layer, prepare, float16, __half,                       \
-                       linac::cuda::pipelineThreads(                          \
-                           linac::cuda::ChunkKernel::Phased),                 \
-                       linac::cuda::kPrepareBlocksPerMultiprocessor,          \
-                       linac_cuda_forward_args)
+                       linac_cuda_forward_args)                               \
+  LINAC_CUDA_ENTRY_FOR(Layer, phased, dtype, T, linac::cuda::kPhasedThreads,  \
+                       1, linac_cuda_forward_args)
+#define LINAC_PHASED_KERNELS_BFLOAT16(Layer)                                   \
+  LINAC_PHASED_KERNELS_FOR(Layer, bfloat16, __nv_bfloat16)
+#define LINAC_PHASED_KERNELS_FLOAT16(Layer)                                    \
+  LINAC_PHASED_KERNELS_FOR(Layer, float16, __half)
 /// The compose pass of a segmented chunkwise forward (abi.h), fp32 states
 /// whatever the activations.
 #define LINAC_SEGMENT_COMPOSE_KERNEL(Layer)                                    \

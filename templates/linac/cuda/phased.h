@@ -7,9 +7,9 @@
 //     everything that does not depend on the state entering it, the
 //     pipelined kernel's preparing steps (pipeline.h), into a buffer that
 //     a bulk copy stores whole to its slot of args.prepared;
-//   state (linac_chunk_*), one block a (head, sequence) or segment as the
-//     lockstep kernel's: each chunk's buffer loaded by one bulk copy a
-//     chunk ahead, the state advanced through it by the pipelined kernel's
+//   state (linac_phased_*), one block a (head, sequence) or segment as the
+//     lockstep kernel's: each chunk's buffer loaded by one bulk copy two
+//     chunks ahead, the state advanced through it by the pipelined kernel's
 //     state steps (the state in the warps' registers), and the generated
 //     epilogue of the reads.
 //
@@ -29,6 +29,9 @@ namespace linac::cuda {
 /// Blocks of the preparing phase a multiprocessor runs at once.
 inline constexpr int kPrepareBlocksPerMultiprocessor = 2;
 
+template <typename Layer> constexpr size_t phasedSharedBytes() {
+  return size_t(PipelineMap(Layer::K, Layer::V, PipelineBlock::State).bytes);
+}
 template <typename Layer> constexpr size_t prepareSharedBytes() {
   return size_t(PipelineMap(Layer::K, Layer::V, PipelineBlock::Prepare).bytes);
 }
@@ -46,6 +49,14 @@ template <typename Layer> LINAC_HOST_DEVICE constexpr void checkPhased() {
                     Layer::V <= 16 * kPipelineGroupWarps,
                 "a state warp holds 16 value columns of every key");
 }
+
+/// A layer as the phased kernels read its inputs: none staged in shared
+/// rows (the plan's staging is the lockstep entry's), each warp's token's
+/// inputs in registers.
+template <typename Layer> struct UnstagedLayer : Layer {
+  LINAC_HOST_DEVICE static constexpr bool sharedInput(int) { return false; }
+  LINAC_HOST_DEVICE static constexpr bool lateSharedInput(int) { return false; }
+};
 
 /// Where the prepared buffer of slot `slot` (geometry.h, preparedSlot) and
 /// `head` is in args.prepared.
@@ -90,18 +101,19 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
   // inputs loaded while it runs this one's.
   const typename Layout::Buffer buffer{0};
   const int warp = threadIdx.x / 32;
-  TokenInputs<Layer, T> next;
+  using Unstaged = UnstagedLayer<Layer>;
+  TokenInputs<Unstaged, T> next;
   if (warp < length)
-    next.load(Token<Layer, T>{args, start + warp, head});
+    next.load(Token<Unstaged, T>{args, start + warp, head});
   for (int i = warp; i < C; i += Warps) {
     ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops =
         noOperands<Layer>();
     if (i < length) {
-      const TokenInputs<Layer, T> current = next;
+      const TokenInputs<Unstaged, T> current = next;
       if (i + Warps < length)
-        next.load(Token<Layer, T>{args, start + i + Warps, head});
+        next.load(Token<Unstaged, T>{args, start + i + Warps, head});
       Layer::Chunk::prologue(
-          RegisterToken<Layer, T>{{args, start + i, head}, current}, ops);
+          RegisterToken<Unstaged, T>{{args, start + i, head}, current}, ops);
     }
     storeOperands<Layer, Layout>(buffer, i, ops);
   }
@@ -173,19 +185,12 @@ LINAC_DEVICE void phasedChunks(const linac_cuda_forward_args &args,
   storeStateTiles<Layer>(st, work, column, live);
 }
 
-/// A block of the chunkwise forward: its work in args' pass, on the
-/// kernel the plan chose.
+/// A block of the phased forward's state kernel: its work in args' pass.
 template <typename Layer, typename T>
-LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
+LINAC_DEVICE void phasedKernel(const linac_cuda_forward_args &args) {
   ChunkWork work;
-  if (!chunkWork<Layer>(args, work))
-    return;
-  if constexpr (Layer::kChunkKernel == ChunkKernel::Pipelined)
-    pipelineChunks<Layer, T>(args, work);
-  else if constexpr (Layer::kChunkKernel == ChunkKernel::Phased)
+  if (chunkWork<Layer>(args, work))
     phasedChunks<Layer, T>(args, work);
-  else
-    runChunks<Layer, T>(args, work);
 }
 
 } // namespace linac::cuda

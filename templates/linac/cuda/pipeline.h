@@ -677,6 +677,19 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
   }
 }
 
+/// A block of the chunkwise forward (linac_chunk_*): its work in args'
+/// pass, on the kernel the plan chose.
+template <typename Layer, typename T>
+LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
+  ChunkWork work;
+  if (!chunkWork<Layer>(args, work))
+    return;
+  if constexpr (Layer::kChunkKernel == ChunkKernel::Pipelined)
+    pipelineChunks<Layer, T>(args, work);
+  else
+    runChunks<Layer, T>(args, work);
+}
+
 } // namespace linac::cuda
 
 #endif // LINAC_CUDA_PIPELINE_H

@@ -44,10 +44,11 @@ def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
            "2 or 4 (the default); states with a normaliser, a full-matrix "
            "gate or a sum over the value axis, or strips a tensor map "
            "cannot move, keep 1">,
-    Option<"chunkKernel", "chunk-kernel", "std::string", "\"lockstep\"",
-           "A GPU's chunkwise kernel: lockstep (the default), pipelined or "
-           "phased (the last two: an erase under no gate or a scalar one, "
-           "on sm_90a)">,
+    Option<"chunkKernel", "chunk-kernel", "std::string", "\"auto\"",
+           "A GPU's chunkwise kernels: auto (the default: lockstep, and the "
+           "phased kernels for the shapes they win at where the layer has "
+           "them), lockstep, pipelined, or phased (always); the last two "
+           "for an erase under no gate or a scalar one, on sm_90a">,
   ];
   let dependentDialects = ["::linac::LinacDialect"];
 }

@@ -274,7 +274,7 @@ Result forward(const Package &package, Shape shape, DType dtype, int reps,
   request.output = output.data();
 
   Result result;
-  result.kernel = entryFor(info.kernels, dtype);
+  result.kernel = package.deviceForwardEntry(request);
   Timing timing = timeRuns(reps, [&] { package.forwardDevice(request); });
   result.milliseconds = timing.milliseconds;
   result.hostMicroseconds = timing.hostMicroseconds;

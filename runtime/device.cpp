@@ -130,10 +130,51 @@ void Package::encodeStateMap(float *pool, int64_t states,
               "cuTensorMapEncodeTiled");
 }
 
+Package::DeviceForward
+Package::planDeviceForward(const DeviceForwardRequest &request,
+                           const ForwardShape &shape, CUcontext context) const {
+  DeviceForward plan;
+  plan.kernel = &kernelFor(request.dtype, kernels_);
+  if (!plan.kernel->chunkwise)
+    return plan;
+  const int64_t multiprocessors = cuda::multiprocessors(context);
+  if (composeKernel_) {
+    SegmentShape segmentShape;
+    segmentShape.offsets = request.cuSeqlens;
+    if (segmentShape.offsets.empty())
+      for (int64_t s = 0; s <= shape.sequences; ++s)
+        segmentShape.offsets.push_back(s * shape.tokens);
+    segmentShape.heads = shape.heads;
+    segmentShape.chunkSize = info_.plan.chunkSize.value();
+    segmentShape.multiprocessors = multiprocessors;
+    segmentShape.transitionBlocks = transitionBlocks_;
+    plan.segments = cutSegments(segmentShape, request.segmentTokens);
+  }
+  // The phased kernels take the batches that would leave a quarter of the
+  // multiprocessors or more without a block, whole or cut into segments:
+  // there they win, elsewhere the chunkwise entry does (on an H200 the two
+  // cross near 110 (sequence, head) pairs of 132 multiprocessors;
+  // bench/history/forward-chunkwise.md, version 18); or every batch when
+  // the plan says always.
+  const bool idle = !plan.segments.empty() ||
+                    4 * shape.sequences * shape.heads <= 3 * multiprocessors;
+  if (!phasedKernels_.empty() && (phasedAlways_ || idle)) {
+    plan.kernel = &kernelFor(request.dtype, phasedKernels_);
+    plan.phased = true;
+  }
+  return plan;
+}
+
+std::string
+Package::deviceForwardEntry(const DeviceForwardRequest &request) const {
+  return planDeviceForward(request, check(request), cuda::currentContext())
+      .kernel->entry;
+}
+
 void Package::forwardDevice(const DeviceForwardRequest &request) const {
   ForwardShape shape = check(request);
-  const CudaKernel &kernel = kernelFor(request.dtype, kernels_);
   CUcontext context = cuda::currentContext();
+  const DeviceForward plan = planDeviceForward(request, shape, context);
   linac_cuda_forward_args args{};
   args.num_seqs = shape.sequences;
   args.tokens_per_seq = shape.tokens;
@@ -154,32 +195,10 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
                       request.cuSeqlens.size() * sizeof(int64_t), stream);
     args.cu_seqlens = reinterpret_cast<const int64_t *>(cuSeqlens->address());
   }
-  const int64_t multiprocessors = cuda::multiprocessors(context);
-  std::vector<linac_cuda_segment> segments;
-  if (kernel.chunkwise && composeKernel_) {
-    SegmentShape segmentShape;
-    segmentShape.offsets = request.cuSeqlens;
-    if (segmentShape.offsets.empty())
-      for (int64_t s = 0; s <= shape.sequences; ++s)
-        segmentShape.offsets.push_back(s * shape.tokens);
-    segmentShape.heads = shape.heads;
-    segmentShape.chunkSize = info_.plan.chunkSize.value();
-    segmentShape.multiprocessors = multiprocessors;
-    segmentShape.transitionBlocks = transitionBlocks_;
-    segments = cutSegments(segmentShape, request.segmentTokens);
-  }
-  // The phased kernels take the batches that would leave half the
-  // multiprocessors or more without a block, whole or cut into segments:
-  // there they win, elsewhere the chunkwise entry does (measured in
-  // bench/history/forward-chunkwise.md, version 18); or every batch when
-  // the plan says always. They prepare every chunk of the batch first, into
-  // a workspace that lives, in the stream's order, as long as the passes.
-  const bool idle =
-      !segments.empty() || 2 * shape.sequences * shape.heads <= multiprocessors;
-  const CudaKernel *forward = &kernel;
+  // The phased kernels prepare every chunk of the batch first, into a
+  // workspace that lives, in the stream's order, as long as the passes.
   std::optional<cuda::StreamBuffer> prepared;
-  if (kernel.chunkwise && !phasedKernels_.empty() && (phasedAlways_ || idle)) {
-    forward = &kernelFor(request.dtype, phasedKernels_);
+  if (plan.phased) {
     const int64_t tokens = request.cuSeqlens.empty()
                                ? shape.sequences * shape.tokens
                                : request.cuSeqlens.back();
@@ -190,9 +209,9 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
     launch(kernelFor(request.dtype, preparingKernels_), context, &args, slots,
            shape.heads, stream);
   }
-  if (!segments.empty())
-    return forwardSegments(*forward, context, args, segments, stream);
-  launch(*forward, context, &args, shape.heads, shape.sequences, stream);
+  if (!plan.segments.empty())
+    return forwardSegments(*plan.kernel, context, args, plan.segments, stream);
+  launch(*plan.kernel, context, &args, shape.heads, shape.sequences, stream);
 }
 
 void Package::forwardSegments(const CudaKernel &kernel, CUctx_st *context,

@@ -173,6 +173,10 @@ public:
   /// in the calling thread's current CUDA context (device 0's primary
   /// context if it has none). Does not synchronize.
   void forwardDevice(const DeviceForwardRequest &request) const;
+  /// The entry point whose launches forwardDevice(request) ends with: the
+  /// chunkwise entry, the phased state kernel or the scan, as the batch's
+  /// shape and the calling thread's current CUDA context decide.
+  std::string deviceForwardEntry(const DeviceForwardRequest &request) const;
 
 private:
   struct CudaKernel {
@@ -223,6 +227,17 @@ private:
   void launch(const CudaKernel &kernel, CUctx_st *context, void *args,
               int64_t gridX, int64_t gridY, CUstream_st *stream,
               int64_t gridZ = 1) const;
+  /// How forwardDevice runs a checked request: the kernel of its last
+  /// launches, the segments it cuts (none: whole sequences), and whether
+  /// the phased kernels' preparing kernel runs first.
+  struct DeviceForward {
+    const CudaKernel *kernel = nullptr;
+    std::vector<linac_cuda_segment> segments;
+    bool phased = false;
+  };
+  DeviceForward planDeviceForward(const DeviceForwardRequest &request,
+                                  const ForwardShape &shape,
+                                  CUctx_st *context) const;
   /// Enqueues the passes of a chunkwise forward cut into `segments`.
   void forwardSegments(const CudaKernel &kernel, CUctx_st *context,
                        linac_cuda_forward_args &args,

@@ -101,6 +101,12 @@ bool isDeviceMemory(const void *pointer) {
   return memoryType == CU_MEMORYTYPE_DEVICE || isManaged;
 }
 
+size_t freeMemory() {
+  size_t free = 0, total = 0;
+  check(driver().cuMemGetInfo(&free, &total), "cuMemGetInfo");
+  return free;
+}
+
 int64_t multiprocessors(CUcontext context) {
   static std::mutex mutex;
   static std::map<CUcontext, int64_t> known;

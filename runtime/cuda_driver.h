@@ -49,6 +49,7 @@ namespace linac::cuda {
   X(cuMemFreeAsync)                                                            \
   X(cuMemAlloc)                                                                \
   X(cuMemFree)                                                                 \
+  X(cuMemGetInfo)                                                              \
   X(cuMemsetD8Async)                                                           \
   X(cuTensorMapEncodeTiled)                                                    \
   X(cuLaunchKernel)
@@ -79,6 +80,9 @@ bool isDeviceMemory(const void *pointer);
 /// Multiprocessors of the current device of `context`, which must be
 /// current. Safe to call from several threads.
 int64_t multiprocessors(CUcontext context);
+
+/// Bytes free on the current device of the current context.
+size_t freeMemory();
 
 /// Lets the default memory pool of `context`'s device keep what stream-
 /// ordered frees return, unless the process already set how much it keeps:

@@ -156,12 +156,22 @@ Package::planDeviceForward(const DeviceForwardRequest &request,
   // cross near 110 (sequence, head) pairs of 132 multiprocessors;
   // bench/history/forward-chunkwise.md, version 18); or every batch when
   // the plan says always.
+  // By shape, they also give way when their workspace would take more than
+  // half the device's free memory (0.65 GB for 524288 tokens of 16 heads
+  // at K = V = 128), which a long enough prompt exceeds.
   const bool idle = !plan.segments.empty() ||
                     4 * shape.sequences * shape.heads <= 3 * multiprocessors;
-  if (!phasedKernels_.empty() && (phasedAlways_ || idle)) {
-    plan.kernel = &kernelFor(request.dtype, phasedKernels_);
-    plan.phased = true;
-  }
+  if (phasedKernels_.empty() || !(phasedAlways_ || idle))
+    return plan;
+  const int64_t tokens = request.cuSeqlens.empty()
+                             ? shape.sequences * shape.tokens
+                             : request.cuSeqlens.back();
+  const int64_t slots = cuda::preparedSlots(shape.sequences, tokens);
+  if (!phasedAlways_ && size_t(slots * shape.heads * preparedChunkBytes_) >
+                            cuda::freeMemory() / 2)
+    return plan;
+  plan.kernel = &kernelFor(request.dtype, phasedKernels_);
+  plan.preparedSlots = slots;
   return plan;
 }
 
@@ -198,16 +208,13 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
   // The phased kernels prepare every chunk of the batch first, into a
   // workspace that lives, in the stream's order, as long as the passes.
   std::optional<cuda::StreamBuffer> prepared;
-  if (plan.phased) {
-    const int64_t tokens = request.cuSeqlens.empty()
-                               ? shape.sequences * shape.tokens
-                               : request.cuSeqlens.back();
-    const int64_t slots = cuda::preparedSlots(shape.sequences, tokens);
+  if (plan.preparedSlots > 0) {
     cuda::keepPoolMemory(context);
-    prepared.emplace(size_t(slots * shape.heads * preparedChunkBytes_), stream);
+    prepared.emplace(
+        size_t(plan.preparedSlots * shape.heads * preparedChunkBytes_), stream);
     args.prepared = reinterpret_cast<void *>(prepared->address());
-    launch(kernelFor(request.dtype, preparingKernels_), context, &args, slots,
-           shape.heads, stream);
+    launch(kernelFor(request.dtype, preparingKernels_), context, &args,
+           plan.preparedSlots, shape.heads, stream);
   }
   if (!plan.segments.empty())
     return forwardSegments(*plan.kernel, context, args, plan.segments, stream);

@@ -228,12 +228,13 @@ private:
               int64_t gridX, int64_t gridY, CUstream_st *stream,
               int64_t gridZ = 1) const;
   /// How forwardDevice runs a checked request: the kernel of its last
-  /// launches, the segments it cuts (none: whole sequences), and whether
-  /// the phased kernels' preparing kernel runs first.
+  /// launches, the segments it cuts (none: whole sequences), and the
+  /// workspace slots of the phased kernels' preparing kernel, which runs
+  /// first unless they are 0.
   struct DeviceForward {
     const CudaKernel *kernel = nullptr;
     std::vector<linac_cuda_segment> segments;
-    bool phased = false;
+    int64_t preparedSlots = 0;
   };
   DeviceForward planDeviceForward(const DeviceForwardRequest &request,
                                   const ForwardShape &shape,

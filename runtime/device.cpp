@@ -137,41 +137,27 @@ Package::planDeviceForward(const DeviceForwardRequest &request,
   plan.kernel = &kernelFor(request.dtype, kernels_);
   if (!plan.kernel->chunkwise)
     return plan;
-  const int64_t multiprocessors = cuda::multiprocessors(context);
-  if (composeKernel_) {
-    SegmentShape segmentShape;
-    segmentShape.offsets = request.cuSeqlens;
-    if (segmentShape.offsets.empty())
-      for (int64_t s = 0; s <= shape.sequences; ++s)
-        segmentShape.offsets.push_back(s * shape.tokens);
-    segmentShape.heads = shape.heads;
-    segmentShape.chunkSize = info_.plan.chunkSize.value();
-    segmentShape.multiprocessors = multiprocessors;
-    segmentShape.transitionBlocks = transitionBlocks_;
+  SegmentShape segmentShape;
+  segmentShape.offsets = request.cuSeqlens;
+  if (segmentShape.offsets.empty())
+    for (int64_t s = 0; s <= shape.sequences; ++s)
+      segmentShape.offsets.push_back(s * shape.tokens);
+  segmentShape.heads = shape.heads;
+  segmentShape.chunkSize = info_.plan.chunkSize.value();
+  segmentShape.multiprocessors = cuda::multiprocessors(context);
+  segmentShape.transitionBlocks = transitionBlocks_;
+  if (composeKernel_)
     plan.segments = cutSegments(segmentShape, request.segmentTokens);
+  if (phasedKernels_.empty())
+    return plan;
+  const int64_t slots =
+      cuda::preparedSlots(shape.sequences, segmentShape.offsets.back());
+  const size_t workspace = size_t(slots * shape.heads * preparedChunkBytes_);
+  if (phasedAlways_ || phasedByShape(segmentShape, !plan.segments.empty(),
+                                     workspace, cuda::freeMemory)) {
+    plan.kernel = &kernelFor(request.dtype, phasedKernels_);
+    plan.preparedSlots = slots;
   }
-  // The phased kernels take the batches that would leave a quarter of the
-  // multiprocessors or more without a block, whole or cut into segments:
-  // there they win, elsewhere the chunkwise entry does (on an H200 the two
-  // cross near 110 (sequence, head) pairs of 132 multiprocessors;
-  // bench/history/forward-chunkwise.md, version 18); or every batch when
-  // the plan says always.
-  // By shape, they also give way when their workspace would take more than
-  // half the device's free memory (0.65 GB for 524288 tokens of 16 heads
-  // at K = V = 128), which a long enough prompt exceeds.
-  const bool idle = !plan.segments.empty() ||
-                    4 * shape.sequences * shape.heads <= 3 * multiprocessors;
-  if (phasedKernels_.empty() || !(phasedAlways_ || idle))
-    return plan;
-  const int64_t tokens = request.cuSeqlens.empty()
-                             ? shape.sequences * shape.tokens
-                             : request.cuSeqlens.back();
-  const int64_t slots = cuda::preparedSlots(shape.sequences, tokens);
-  if (!phasedAlways_ && size_t(slots * shape.heads * preparedChunkBytes_) >
-                            cuda::freeMemory() / 2)
-    return plan;
-  plan.kernel = &kernelFor(request.dtype, phasedKernels_);
-  plan.preparedSlots = slots;
   return plan;
 }
 

@@ -5,8 +5,8 @@
  * by value, as a __grid_constant__ (a decode kernel's tensor map is read in
  * place). The manifest lists each kernel with its activation dtype, block
  * size and dynamic shared memory; a forward grid is (num_heads, num_seqs),
- * or with segments as linac_cuda_segment_pass says, after a phased plan's
- * prepare kernel; a decode grid as many
+ * or with segments as linac_cuda_segment_pass says, after the preparing
+ * kernel when the phased kernels run; a decode grid as many
  * blocks as fit the device at once, at most one per item (a (head,
  * sequence) state, or one of the manifest's decode "parts" of it). The
  * runtime validates every argument it can see before the launch; the
@@ -84,11 +84,12 @@ typedef struct linac_cuda_forward_args {
   const linac_cuda_segment *segments;
   float *segment_states;
   float *segment_transitions;
-  /* With the plan's phased chunk kernel: the prepare kernel, launched
+  /* For the manifest's phased kernels: linac_prepare_<dtype>, launched
    * first on grid (slots, H), writes each chunk's prepared operands here
-   * and the chunk kernel reads them; [slots, H, prepared_chunk_bytes]
-   * bytes, 16-byte aligned, slots and a chunk's slot as
-   * templates/linac/cuda/geometry.h's preparedSlots and preparedSlot say. */
+   * and linac_phased_<dtype> (the chunkwise grids and passes) reads them;
+   * [slots, H, phased.chunk_bytes] bytes, 16-byte aligned, slots and a
+   * chunk's slot as templates/linac/cuda/geometry.h's preparedSlots and
+   * preparedSlot say. */
   void *prepared;
 } linac_cuda_forward_args;
 

@@ -164,6 +164,18 @@ ForwardShape Package::check(const DeviceForwardRequest &request) const {
     throw argumentError(
         "CUDA kernels run at most " + std::to_string(kMaxCudaSequences) +
         " sequences per call, got " + std::to_string(shape.sequences));
+  // The kernels step from one token's inputs to the next by a 32-bit
+  // stride in bytes.
+  for (const manifest::Argument &arg : inputs_) {
+    const std::vector<int64_t> &dims = request.tensors.at(arg.name).shape;
+    int64_t bytes = int64_t(elementSize);
+    for (size_t d = 2; d < dims.size(); ++d)
+      bytes *= dims[d];
+    if (bytes > std::numeric_limits<int32_t>::max())
+      throw argumentError(describe(arg) + " has " + std::to_string(bytes) +
+                          " bytes a token across its heads; CUDA kernels "
+                          "take at most 2^31 - 1");
+  }
   return shape;
 }
 

@@ -259,6 +259,16 @@ TEST_F(CudaPackage, PointersAreChecked) {
             "final_state is not aligned to its 4-byte elements");
 }
 
+TEST_F(CudaPackage, TokenStridesStayUnder2GiB) {
+  request.dtype = linac::DType::BFloat16;
+  request.tensors["v"] = tensor({1, 8, (int64_t(1) << 26) - 2, kDim});
+  EXPECT_NO_THROW(package->check(request));
+  request.tensors["v"] = tensor({1, 8, int64_t(1) << 26, kDim});
+  EXPECT_EQ(deviceRejection(),
+            "input 'v' has 2147483648 bytes a token "
+            "across its heads; CUDA kernels take at most 2^31 - 1");
+}
+
 TEST_F(CudaPackage, UnknownDTypeIsRefused) {
   request.dtype = static_cast<linac::DType>(7);
   EXPECT_NE(deviceRejection().find("unknown dtype 7; expected float32 (0), "

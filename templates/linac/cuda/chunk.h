@@ -254,7 +254,8 @@ template <typename Layer, typename T> struct StagedInputs {
     return toFloat(value);
   }
 
-  LINAC_DEVICE void load(const Token<Layer, T> &token) {
+  /// From `token`: a Token, or HeadInputs' At.
+  template <typename Source> LINAC_DEVICE void load(const Source &token) {
     for (uint32_t &word : words)
       word = 0;
     forEachIndex(
@@ -267,7 +268,8 @@ template <typename Layer, typename T> struct StagedInputs {
   }
 
 private:
-  template <int i> LINAC_DEVICE void loadInput(const Token<Layer, T> &token) {
+  template <int i, typename Source>
+  LINAC_DEVICE void loadInput(const Source &token) {
     constexpr int first = firstSlot(i), size = int(Layer::inputSize(i));
     constexpr int slots = slotsOf(i);
     const auto *p = reinterpret_cast<const unsigned short *>(token.input(i));
@@ -841,9 +843,10 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
 
   // Each warp's next token, loaded a token ahead of its prologue (for a
   // chunk's first tokens, during the previous chunk's epilogue).
+  const HeadInputs<Layer, T> inputs(args, begin, head);
   StagedInputs<Layer, T> next;
   if (begin + warpIndex < end)
-    next.load(Token<Layer, T>{args, begin + warpIndex, head});
+    next.load(inputs.at(warpIndex));
   using Rows = SharedInputRows<Layer>;
   auto chunkLength = [&](int64_t start) {
     return end - start < C ? int(end - start) : C;
@@ -875,7 +878,7 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
       if (i < L) {
         StagedInputs<Layer, T> current = next;
         if (i + kChunkWarps < L)
-          next.load(Token<Layer, T>{args, start + i + kChunkWarps, head});
+          next.load(inputs.at(int(start - begin) + i + kChunkWarps));
         Tile::Chunk::prologue(
             StagedToken<Layer, T>{{args, start + i, head}, current, scalars,
                                   s.inputRows, lateRows, s.params, i},
@@ -1363,7 +1366,7 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
     if constexpr (!Layout::kPublishAfterPrologue)
       publishState();
     if (start + C + warpIndex < end)
-      next.load(Token<Layer, T>{args, start + C + warpIndex, head});
+      next.load(inputs.at(int(start - begin) + C + warpIndex));
 
     // 7. Epilogue: normalised reads through the generated code.
     for (int i = warpIndex; work.reads && i < L; i += kChunkWarps) {

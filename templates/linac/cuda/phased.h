@@ -102,16 +102,17 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
   const typename Layout::Buffer buffer{0};
   const int warp = threadIdx.x / 32;
   using Unstaged = UnstagedLayer<Layer>;
+  const HeadInputs<Unstaged, T> inputs(args, start, head);
   TokenInputs<Unstaged, T> next;
   if (warp < length)
-    next.load(Token<Unstaged, T>{args, start + warp, head});
+    next.load(inputs.at(warp));
   for (int i = warp; i < C; i += Warps) {
     ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops =
         noOperands<Layer>();
     if (i < length) {
       const TokenInputs<Unstaged, T> current = next;
       if (i + Warps < length)
-        next.load(Token<Unstaged, T>{args, start + i + Warps, head});
+        next.load(inputs.at(i + Warps));
       Layer::Chunk::prologue(
           RegisterToken<Unstaged, T>{{args, start + i, head}, current}, ops);
     }

@@ -109,7 +109,9 @@ LINAC_DEVICE void accumulatorFragment(uint32_t (&a)[4],
 
 /// A token's inputs for the pipelined prologue, in registers, so that a
 /// warp loads its next token's while it runs the prologue on this one:
-/// vectors as StagedInputs holds them, scalars on every lane.
+/// vectors as StagedInputs holds them, scalars on every lane, each as
+/// loaded until the prologue reads it (a conversion at the load would wait
+/// for it there).
 template <typename Layer, typename T> struct TokenInputs {
   using Vectors = StagedInputs<Layer, T>;
   LINAC_HOST_DEVICE static constexpr bool isScalar(int i) {
@@ -118,18 +120,20 @@ template <typename Layer, typename T> struct TokenInputs {
   static_assert(!inSharedRows<Layer>(0),
                 "the pipelined kernel stages no input rows");
   Vectors vectors;
-  float scalars[Layer::kNumInputs > 0 ? Layer::kNumInputs : 1];
+  T scalars[Layer::kNumInputs > 0 ? Layer::kNumInputs : 1];
 
-  LINAC_DEVICE void load(const Token<Layer, T> &token) {
+  /// From `token`: a Token, or HeadInputs' At.
+  template <typename Source> LINAC_DEVICE void load(const Source &token) {
     vectors.load(token);
     forEachIndex(
         [&](auto input) {
           constexpr int i = decltype(input)::value;
           if constexpr (isScalar(i))
-            scalars[i] = toFloat(*token.input(i));
+            scalars[i] = *token.input(i);
         },
         Vectors::kInputs);
   }
+  LINAC_DEVICE float scalar(int i) const { return toFloat(scalars[i]); }
 };
 
 /// Input i of a token whose inputs are in TokenInputs, in WarpVec's layout.
@@ -142,7 +146,7 @@ template <typename Layer, typename T> struct TokenInput {
     if (Inputs::isScalar(i)) {
       // A vector of one: lane 0's first slot.
       if (laneId() == 0)
-        v.x[0] = inputs.scalars[i];
+        v.x[0] = inputs.scalar(i);
       return v;
     }
 #pragma unroll
@@ -152,7 +156,7 @@ template <typename Layer, typename T> struct TokenInput {
   }
   LINAC_DEVICE float scalar() const {
     if (Inputs::isScalar(i))
-      return inputs.scalars[i];
+      return inputs.scalar(i);
     return __shfl_sync(0xffffffffu,
                        inputs.vectors.at(Inputs::Vectors::firstSlot(i)), 0);
   }
@@ -611,9 +615,10 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
     // The generated prologue of chunk c into its buffer, a warp a token.
     // Each warp's next token's inputs are loaded a token ahead, across
     // chunks.
+    const HeadInputs<Layer, T> inputs(args, begin, head);
     TokenInputs<Layer, T> next;
     if (w < end - begin)
-      next.load(Token<Layer, T>{args, begin + w, head});
+      next.load(inputs.at(w));
     auto prologue = [&](int64_t c) {
       const typename Layout::Buffer buffer{int(c % 2)};
       const int L = chunkLength(c);
@@ -626,7 +631,7 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
         if (i < L) {
           const TokenInputs<Layer, T> current = next;
           if (start + i + GroupWarps < end)
-            next.load(Token<Layer, T>{args, start + i + GroupWarps, head});
+            next.load(inputs.at(int(start - begin) + i + GroupWarps));
           Layer::Chunk::prologue(
               RegisterToken<Layer, T>{{args, start + i, head}, current}, ops);
           if (work.identityFrom >= 0)

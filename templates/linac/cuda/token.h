@@ -38,6 +38,43 @@ struct Token {
   }
 };
 
+/// The inputs of one head from token `origin` on, as a block's warps walk
+/// them: each input's element of the origin and its stride in bytes from
+/// token to token, taken once, so that a later token's address is one
+/// wide multiply-add rather than Token's grouping of heads (which the
+/// compiler keeps in a warp's loop, a branch an input). The runtime keeps a
+/// token's input across heads under 2^31 bytes, and offsets from the
+/// origin stay within a sequence.
+template <typename Layer, typename T> struct HeadInputs {
+  static constexpr int kSlots = Layer::kNumInputs > 0 ? Layer::kNumInputs : 1;
+  const char *first[kSlots];
+  int stride[kSlots];
+
+  /// The inputs of the token `offset` after the origin, as Token's input(i).
+  struct At {
+    const HeadInputs &inputs;
+    int offset;
+    LINAC_DEVICE const T *input(int i) const {
+      // One mad.wide: the compiler widens both factors to a 64-bit product.
+      const char *p;
+      asm("mad.wide.s32 %0, %1, %2, %3;"
+          : "=l"(p)
+          : "r"(offset), "r"(inputs.stride[i]), "l"(inputs.first[i]));
+      return reinterpret_cast<const T *>(p);
+    }
+  };
+
+  LINAC_DEVICE HeadInputs(const linac_cuda_forward_args &args, int64_t origin,
+                          int head) {
+    for (int i = 0; i < Layer::kNumInputs; ++i) {
+      first[i] = reinterpret_cast<const char *>(
+          Token<Layer, T>{args, origin, head}.input(i));
+      stride[i] = int(args.input_heads[i] * Layer::inputSize(i) * sizeof(T));
+    }
+  }
+  LINAC_DEVICE At at(int offset) const { return {*this, offset}; }
+};
+
 /// Calls f(std::integral_constant<int, I>) for I = 0, 1, ..., N - 1, so that
 /// f's per-input sizes and offsets are constants.
 template <typename F, int... I>

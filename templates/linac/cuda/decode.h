@@ -318,10 +318,6 @@ LINAC_DEVICE void commitBulkStores() {
 LINAC_DEVICE void waitBulkStoresRead() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
-/// Waits until this thread's bulk stores are done.
-LINAC_DEVICE void waitBulkStores() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
 /// Orders this thread's writes to shared memory before bulk copies that
 /// read it.
 LINAC_DEVICE void fenceSharedForBulkCopies() {

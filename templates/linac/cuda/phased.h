@@ -128,7 +128,10 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
     bulkStore(preparedBuffer<Layer>(args, slot, head), buffer.q(),
               unsigned(Layout::kMap.bufferBytes));
     commitBulkStores();
-    waitBulkStores();
+    // The store needs the buffer until it has read it; the writes to
+    // global memory finish before the kernel does, so the block need not
+    // hold its multiprocessor for them.
+    waitBulkStoresRead();
   }
 }
 

@@ -119,6 +119,7 @@ static Request decodeRequestOf(const char *caller, const linac_package *package,
   if constexpr (std::is_same_v<Request, linac::DecodeRequest>) {
     request.stateIndices.assign(args->state_indices,
                                 args->state_indices + args->num_sequences);
+    request.threads = args->threads;
   } else {
     request.stateIndices = args->state_indices;
     request.numStateIndices = args->num_sequences;
@@ -209,6 +210,7 @@ linac_status linac_forward_host(linac_package *package,
     request.finalState = args->final_state;
     request.output = args->output;
     request.scale = args->scale;
+    request.threads = args->threads;
     package->package->forward(request);
   });
 }

@@ -13,6 +13,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <thread>
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace linac {
 
@@ -48,6 +53,24 @@ struct HostArguments {
   }
 };
 
+/// The threads a host call runs on: `requested`, or for 0 the cores this
+/// process may run on (its affinity, which a container or taskset narrows).
+static int32_t hostThreads(int requested) {
+  if (requested < 0 || requested > kMaxHostThreads)
+    throw argumentError("threads is " + std::to_string(requested) +
+                        "; expected 0 (every core this process may use) or "
+                        "1 to " +
+                        std::to_string(kMaxHostThreads));
+  if (requested > 0)
+    return requested;
+#if defined(__linux__)
+  cpu_set_t cores;
+  if (sched_getaffinity(0, sizeof cores, &cores) == 0 && CPU_COUNT(&cores) > 0)
+    return CPU_COUNT(&cores);
+#endif
+  return int32_t(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 void Package::forward(const ForwardRequest &request) const {
   requireTarget(/*device=*/false);
   ForwardShape shape = check(request);
@@ -68,6 +91,7 @@ void Package::forward(const ForwardRequest &request) const {
   args.final_state = request.finalState;
   args.output = request.output;
   args.scale = scaleOrDefault(request.scale, keyDim_);
+  args.threads = hostThreads(request.threads);
   int status = reinterpret_cast<linac_cpu_forward_fn>(forward_)(&args);
   if (status != 0)
     throw Error(Error::Kind::Kernel,
@@ -97,6 +121,7 @@ void Package::decode(const DecodeRequest &request) const {
   args.state_indices = request.stateIndices.data();
   args.output = request.output;
   args.scale = scaleOrDefault(request.scale, keyDim_);
+  args.threads = hostThreads(request.threads);
   int status = reinterpret_cast<linac_cpu_decode_fn>(decode_)(&args);
   if (status != 0)
     throw Error(Error::Kind::Kernel,

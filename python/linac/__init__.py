@@ -29,6 +29,15 @@ kind key, value, scalar, matrix (or index, state); shape as people read it,
 such as [B, T, H, K]."""
 
 
+def _thread_count(threads):
+    """`threads` as the C API's int32 (the runtime checks its range)."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or \
+            not -2**31 <= threads < 2**31:
+        raise InvalidArgument(f'threads is {threads!r}; expected 0 (every '
+                              'core this process may use) or a count')
+    return threads
+
+
 class Layer:
     """An opened package: its arguments and dimensions, and its forward pass
     and decode step on numpy arrays."""
@@ -108,11 +117,12 @@ class Layer:
         return first, heads
 
     def forward(self, *, initial_state=None, cu_seqlens=None, scale=None,
-                **tensors):
+                threads=0, **tensors):
         """Runs a cpu package: inputs [B, T, H, ...] and parameters [H, ...]
         by name, optional cu_seqlens [N + 1] (B = 1) and initial_state
-        [N, H, K, V] (V + 1 with a normaliser). Returns the output
-        [B, T, H, V] and the final states, float32 numpy arrays."""
+        [N, H, K, V] (V + 1 with a normaliser), on `threads` threads (0:
+        every core the process may use). Returns the output [B, T, H, V]
+        and the final states, float32 numpy arrays."""
         import numpy as np
         arrays, shapes, structs = self._host_tensors(tensors)
         first, heads = self._leading_dims(arrays)
@@ -136,19 +146,22 @@ class Layer:
             cu.ctypes.data_as(_capi.c_int64_p) if cu is not None else None,
             len(cu) if cu is not None else 0,
             initial.ctypes.data if initial is not None else None,
-            final.ctypes.data, output.ctypes.data, scale or 0.0)
+            final.ctypes.data, output.ctypes.data, scale or 0.0,
+            _thread_count(threads))
         _capi.check(_capi.lib.linac_forward_host(self._handle,
                                                  ctypes.byref(args)))
         return output, final
 
     __call__ = forward
 
-    def decode(self, *, state_pool, state_indices, scale=None, **tensors):
+    def decode(self, *, state_pool, state_indices, scale=None, threads=0,
+               **tensors):
         """A decode step of a cpu package: inputs [B, n, H, ...] (n new
         tokens, at most max_decode_tokens), parameters, and for each of the
         B sequences its slot in state_pool [P, H, K, state_columns], which
-        is updated in place (-1 skips a sequence). Returns the output
-        [B, n, H, V]; a skipped sequence's rows are zero."""
+        is updated in place (-1 skips a sequence), on `threads` threads as
+        forward's. Returns the output [B, n, H, V]; a skipped sequence's
+        rows are zero."""
         import numpy as np
         if not (isinstance(state_pool, np.ndarray) and
                 state_pool.dtype == np.float32 and
@@ -163,7 +176,7 @@ class Layer:
         args = _capi.DecodeArgs(
             structs, len(arrays), state_pool.ctypes.data, pool_shape,
             indices.ctypes.data_as(_capi.c_int64_p), len(indices),
-            output.ctypes.data, scale or 0.0)
+            output.ctypes.data, scale or 0.0, _thread_count(threads))
         _capi.check(_capi.lib.linac_decode_host(self._handle,
                                                 ctypes.byref(args)))
         return output

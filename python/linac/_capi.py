@@ -43,7 +43,7 @@ class ForwardArgs(ctypes.Structure):  # linac_forward_args
                 ('cu_seqlens', c_int64_p), ('num_cu_seqlens', ctypes.c_size_t),
                 ('initial_state', ctypes.c_void_p),
                 ('final_state', ctypes.c_void_p), ('output', ctypes.c_void_p),
-                ('scale', ctypes.c_float)]
+                ('scale', ctypes.c_float), ('threads', ctypes.c_int32)]
 
 
 class DeviceForwardArgs(ctypes.Structure):  # linac_device_forward_args
@@ -61,7 +61,8 @@ class DecodeArgs(ctypes.Structure):  # linac_decode_args
                 ('state_pool', ctypes.c_void_p), ('pool_shape', c_int64_p),
                 ('state_indices', c_int64_p),
                 ('num_sequences', ctypes.c_size_t),
-                ('output', ctypes.c_void_p), ('scale', ctypes.c_float)]
+                ('output', ctypes.c_void_p), ('scale', ctypes.c_float),
+                ('threads', ctypes.c_int32)]
 
 
 class DeviceDecodeArgs(ctypes.Structure):  # linac_device_decode_args

@@ -44,6 +44,7 @@ std::string joined(const std::vector<int64_t> &values) {
 struct RunOptions {
   std::string package, inputs, outputs;
   float scale = 0.0f;
+  int threads = 0;
   bool decode = false;
 
   std::string path(const std::string &name) const {
@@ -66,6 +67,7 @@ int decodeStep(const RunOptions &options, const linac::Package &package,
   request.stateIndices =
       linac::readNpy(options.path("state_indices")).toInt64();
   request.scale = options.scale;
+  request.threads = options.threads;
   linac::ForwardRequest shapes;
   shapes.tensors = tensors;
   linac::ForwardShape shape = package.check(shapes);
@@ -102,6 +104,7 @@ int run(const RunOptions &options) {
   if (fs::exists(options.path("cu_seqlens")))
     request.cuSeqlens = linac::readNpy(options.path("cu_seqlens")).toInt64();
   request.scale = options.scale;
+  request.threads = options.threads;
   linac::ForwardShape shape = package->check(request);
 
   std::vector<int64_t> stateShape{shape.sequences, shape.heads,
@@ -214,6 +217,9 @@ int main(int argc, char **argv) {
       ->required();
   runCommand->add_option("--scale", runOptions.scale,
                          "Read scale (default K^-1/2)");
+  runCommand->add_option("--threads", runOptions.threads,
+                         "Threads a cpu package runs on (default 0: every "
+                         "core this process may use)");
   runCommand->add_flag(
       "--decode", runOptions.decode,
       "A decode step: inputs [B, n, H, ...], state_pool.npy and "

@@ -57,6 +57,20 @@ TEST_P(CpuNumerics, VariableLengthsWithInitialState) {
   check(GetParam(), {64, 64}, c);
 }
 
+TEST_P(CpuNumerics, AnyThreadCount) {
+  // One worker, fewer workers than (sequence, head) pairs, and more.
+  for (int threads : {1, 3, 64}) {
+    SCOPED_TRACE("threads = " + std::to_string(threads));
+    Case c;
+    c.batch = 1;
+    c.cuSeqlens = {0, 70, 70, 200};
+    c.heads = 4;
+    c.initialState = true;
+    c.threads = threads;
+    check(GetParam(), {32, 32}, c);
+  }
+}
+
 TEST_P(CpuNumerics, GroupedHeads) {
   Case c;
   c.heads = 4;

@@ -203,6 +203,10 @@ TEST(DecodeErrors, ArgumentsAreChecked) {
   DecodeRequest shape = request();
   shape.poolShape = {3, c.heads, kDims.k, kDims.v + 1};
   expectError(shape, "state pool has shape [3, 2, 16, 17], expected [P, 2, 16, 16]");
+  DecodeRequest threads = request();
+  threads.threads = -2;
+  expectError(threads, "threads is -2; expected 0 (every core this process "
+                       "may use) or 1 to 1024");
   DecodeRequest noPool = request();
   noPool.statePool = nullptr;
   expectError(noPool, "state pool");

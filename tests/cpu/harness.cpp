@@ -78,6 +78,7 @@ Outcome run(const Package &package, Dims dims, const Case &c) {
   Problem problem = makeProblem(package, dims, c);
   ForwardRequest request;
   request.cuSeqlens = c.cuSeqlens;
+  request.threads = c.threads;
   for (const auto &[name, argument] : problem.arguments)
     request.tensors[name] = {argument.values.data(), argument.shape};
   if (!problem.initialState.empty())

@@ -141,6 +141,16 @@ TEST_F(RuntimeErrors, NoOutputBuffer) {
   expectRejected("no output buffer");
 }
 
+TEST_F(RuntimeErrors, ThreadCountOutOfRange) {
+  request.threads = -1;
+  expectRejected("threads is -1; expected 0 (every core this process may "
+                 "use) or 1 to 1024");
+  request.threads = 1025;
+  expectRejected("threads is 1025; expected 0");
+  request.threads = 1024;
+  EXPECT_NO_THROW(package->forward(request));
+}
+
 TEST_F(RuntimeErrors, PackageForAnotherTarget) {
   fs::path path = editedPackage("other_target.linac", [](std::string m) {
     return std::regex_replace(m, std::regex("\"target\": \"cpu\""),

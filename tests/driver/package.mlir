@@ -9,7 +9,7 @@
 // RUN: not linac-run describe 2>&1 | FileCheck %s --check-prefix=NOPACKAGE
 
 // OUT: .linac
-// MANIFEST: "abi_version": 2
+// MANIFEST: "abi_version": 3
 // MANIFEST: "arguments": [
 // MANIFEST: "name": "beta"
 // MANIFEST-NEXT: "role": "input"

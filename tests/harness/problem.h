@@ -41,6 +41,7 @@ struct Case {
   GateRange gates = GateRange::Moderate;
   /// A token of the packed token axis whose decay inputs are all NaN, or -1.
   int64_t nanGateToken = -1;
+  int threads = 0; ///< a CPU forward's, as ForwardRequest takes them
 };
 
 struct Argument {

@@ -204,6 +204,28 @@ def test_bad_calls_are_errors_that_name_the_argument(cache):
         layer(**tensors)
 
 
+def test_thread_counts_give_the_same_answer(cache):
+    layer = linac.compile(SPECS['scalar_delta'], cache=cache)
+    tensors = random_arguments(layer, 3, 70, 2, np.random.default_rng())
+    o, final = layer(threads=1, **tensors)
+    for threads in (0, 2, 7):
+        o_t, final_t = layer(threads=threads, **tensors)
+        assert np.array_equal(o_t, o) and np.array_equal(final_t, final)
+    pool = np.zeros((3, 2, 16, 16), np.float32)
+    steps = {n: np.ascontiguousarray(x[:, :2]) if n in layer.inputs else x
+             for n, x in tensors.items()}
+    one = layer.decode(state_pool=pool.copy(), state_indices=[0, 1, 2],
+                       threads=1, **steps)
+    assert np.array_equal(layer.decode(state_pool=pool.copy(),
+                                       state_indices=[0, 1, 2], threads=3,
+                                       **steps), one)
+    for bad in (-1, 1025):
+        with pytest.raises(linac.InvalidArgument, match=f'threads is {bad};'):
+            layer(threads=bad, **tensors)
+    with pytest.raises(linac.InvalidArgument, match='threads is 2.5'):
+        layer(threads=2.5, **tensors)
+
+
 def test_a_bad_spec_is_a_compile_error(cache):
     with pytest.raises(linac.CompileError, match='may be positive'):
         linac.compile(SPECS['vector_gate'].replace('%log_a = arith.negf %sp',

@@ -48,6 +48,9 @@ struct HostTensor {
   std::vector<int64_t> shape;
 };
 
+/// The most threads a host call may ask for.
+inline constexpr int kMaxHostThreads = 1024;
+
 struct ForwardRequest {
   std::map<std::string, HostTensor> tensors; ///< inputs and parameters
   std::vector<int64_t> cuSeqlens;            ///< empty: B sequences of T
@@ -55,6 +58,9 @@ struct ForwardRequest {
   float *finalState = nullptr;
   float *output = nullptr;
   float scale = 0.0f;
+  /// Threads the pass runs on (the caller's among them): 0 for every core
+  /// this process may run on, else 1 to kMaxHostThreads.
+  int threads = 0;
 };
 
 /// The manifest's name of `dtype` ("float32", "bfloat16", "float16"), or
@@ -101,6 +107,7 @@ struct DecodeRequest {
   std::vector<int64_t> stateIndices;
   float *output = nullptr; ///< [B, n, H, V]
   float scale = 0.0f;
+  int threads = 0; ///< as ForwardRequest's
 };
 
 /// A decode step of a CUDA package: the tensors of a DecodeRequest in

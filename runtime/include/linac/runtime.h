@@ -53,6 +53,8 @@ typedef struct linac_forward_args {
   float *final_state;         /* [N, H, K, V], or NULL */
   float *output;              /* [B, T, H, V] */
   float scale;                /* 0 for the default, K^-1/2 */
+  int32_t threads;            /* 0 for every core this process may use, or
+                                 1 to 1024 */
 } linac_forward_args;
 
 /* A device tensor in C order, named as the spec names it: an input in the
@@ -132,6 +134,7 @@ typedef struct linac_decode_args {
   size_t num_sequences;       /* B */
   float *output;              /* [B, n, H, V] */
   float scale;                /* 0 for the default, K^-1/2 */
+  int32_t threads;            /* as linac_forward_args' */
 } linac_decode_args;
 
 linac_status linac_decode_host(linac_package *package,

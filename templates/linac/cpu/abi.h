@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CPU_ABI_VERSION 2
+#define LINAC_CPU_ABI_VERSION 3
 
 typedef struct linac_cpu_forward_args {
   int64_t num_seqs;
@@ -31,6 +31,7 @@ typedef struct linac_cpu_forward_args {
   float *final_state;         /* or NULL */
   float *output;              /* [tokens, H, V] */
   float scale;                /* the read's scale unless the spec fixes it */
+  int32_t threads;            /* workers, at least 1 */
 } linac_cpu_forward_args;
 
 /* A few new tokens for each of B sequences whose states live in a pool
@@ -48,6 +49,7 @@ typedef struct linac_cpu_decode_args {
   const int64_t *state_indices; /* [B]: each sequence's pool slot, -1 skips */
   float *output;              /* [B * tokens, H, V]; skipped rows untouched */
   float scale;
+  int32_t threads; /* workers, at least 1 */
 } linac_cpu_decode_args;
 
 typedef int (*linac_cpu_forward_fn)(const linac_cpu_forward_args *args);

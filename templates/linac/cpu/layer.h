@@ -8,7 +8,7 @@
 //   step(token, state, out): the whole time step, for the recurrent scan and
 //   decode.
 // forward<Layer> runs either over every sequence and head, and decode<Layer>
-// the step from a state pool, both spread over the machine's cores.
+// the step from a state pool, both spread over the caller's threads.
 // LINAC_CONTRACT exports the hash that ties the library to its manifest.
 //
 //===----------------------------------------------------------------------===//
@@ -161,9 +161,9 @@ void stepThrough(const Args &args, int64_t begin, int64_t end, int64_t head,
 /// never positive and no cumulative decay or its inverse is formed alone;
 /// each token's log-gate is first raised to gates.h's floor.
 template <typename Layer>
-void pairwiseChunkSequence(const linac_cpu_forward_args &args, int64_t seq,
-                           int64_t head,
-                           State<Layer::K, Layer::V, Layer::kNormalizer> &state) {
+void pairwiseChunkSequence(
+    const linac_cpu_forward_args &args, int64_t seq, int64_t head,
+    State<Layer::K, Layer::V, Layer::kNormalizer> &state) {
   constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
   constexpr bool N = Layer::kNormalizer;
   constexpr int U = V + (N ? 1 : 0);
@@ -333,41 +333,43 @@ void pairwiseChunkSequence(const linac_cpu_forward_args &args, int64_t seq,
   }
 }
 
-/// Runs body(seq, head) for every sequence and head, spread over the
-/// machine's cores; each pair writes only its own outputs and state.
+/// Runs body(seq, head) for every sequence and head on `threads` workers
+/// (the caller's among them); each pair writes only its own outputs and
+/// state.
 template <typename Body>
-void forEachHead(int64_t sequences, int64_t heads, Body body) {
+void forEachHead(int64_t sequences, int64_t heads, int32_t threads, Body body) {
   int64_t total = sequences * heads;
-  int64_t workers = std::min<int64_t>(
-      std::max(1u, std::thread::hardware_concurrency()), total);
+  int64_t workers = std::min<int64_t>(std::max(threads, 1), total);
   std::atomic<int64_t> next{0};
   auto work = [&] {
     for (int64_t i = next++; i < total; i = next++)
       body(i / heads, i % heads);
   };
-  std::vector<std::thread> threads;
+  std::vector<std::thread> pool;
   for (int64_t w = 1; w < workers; ++w)
-    threads.emplace_back(work);
+    pool.emplace_back(work);
   work();
-  for (std::thread &thread : threads)
+  for (std::thread &thread : pool)
     thread.join();
 }
 
 /// Decode: each sequence's few new tokens from and back to its pool slot.
 template <typename Layer> int decode(const linac_cpu_decode_args &args) {
   constexpr int K = Layer::K, V = Layer::V;
-  forEachHead(args.num_seqs, args.num_heads, [&](int64_t seq, int64_t head) {
-    int64_t slot = args.state_indices[seq];
-    if (slot < 0)
-      return;
-    State<K, V, Layer::kNormalizer> state;
-    float *pooled =
-        args.state_pool + size_t(slot * args.num_heads + head) * state.kSize;
-    state.load(pooled);
-    stepThrough<Layer>(args, seq * args.tokens, (seq + 1) * args.tokens, head,
-                       state);
-    state.store(pooled);
-  });
+  forEachHead(args.num_seqs, args.num_heads, args.threads,
+              [&](int64_t seq, int64_t head) {
+                int64_t slot = args.state_indices[seq];
+                if (slot < 0)
+                  return;
+                State<K, V, Layer::kNormalizer> state;
+                float *pooled =
+                    args.state_pool +
+                    size_t(slot * args.num_heads + head) * state.kSize;
+                state.load(pooled);
+                stepThrough<Layer>(args, seq * args.tokens,
+                                   (seq + 1) * args.tokens, head, state);
+                state.store(pooled);
+              });
   return 0;
 }
 
@@ -378,23 +380,25 @@ template <typename Layer> int decode(const linac_cpu_decode_args &args) {
 template <typename Layer> int forward(const linac_cpu_forward_args &args) {
   constexpr int K = Layer::K, V = Layer::V;
   constexpr bool N = Layer::kNormalizer;
-  forEachHead(args.num_seqs, args.num_heads, [&](int64_t seq, int64_t head) {
-    State<K, V, N> state;
-    size_t stateOffset = size_t(seq * args.num_heads + head) * state.kSize;
-    if (args.initial_state)
-      state.load(args.initial_state + stateOffset);
-    if constexpr (Layer::kRecurrent)
-      stepThrough<Layer>(args, args.cu_seqlens[seq], args.cu_seqlens[seq + 1],
-                         head, state);
-    else if constexpr (Layer::kValueDecay)
-      pairwiseChunkSequence<Layer>(args, seq, head, state);
-    else
-      chunkSequenceByProducts<Layer, Token<Layer>, State<K, V, N>,
-                              Operands<K, V, N>>(args, seq, head, state,
-                                                 readScale<Layer>(args));
-    if (args.final_state)
-      state.store(args.final_state + stateOffset);
-  });
+  forEachHead(args.num_seqs, args.num_heads, args.threads,
+              [&](int64_t seq, int64_t head) {
+                State<K, V, N> state;
+                size_t stateOffset =
+                    size_t(seq * args.num_heads + head) * state.kSize;
+                if (args.initial_state)
+                  state.load(args.initial_state + stateOffset);
+                if constexpr (Layer::kRecurrent)
+                  stepThrough<Layer>(args, args.cu_seqlens[seq],
+                                     args.cu_seqlens[seq + 1], head, state);
+                else if constexpr (Layer::kValueDecay)
+                  pairwiseChunkSequence<Layer>(args, seq, head, state);
+                else
+                  chunkSequenceByProducts<Layer, Token<Layer>, State<K, V, N>,
+                                          Operands<K, V, N>>(
+                      args, seq, head, state, readScale<Layer>(args));
+                if (args.final_state)
+                  state.store(args.final_state + stateOffset);
+              });
   return 0;
 }
 

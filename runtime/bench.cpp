@@ -262,8 +262,7 @@ std::string entryFor(const std::vector<manifest::Kernel> &kernels,
 
 Result forward(const Package &package, Shape shape, DType dtype, int reps,
                int64_t segmentTokens) {
-  const manifest::Manifest &info = package.info();
-  int64_t k = package.keyDim(), v = package.valueDim();
+  int64_t v = package.valueDim();
   RandomArguments arguments(package, shape, dtype);
   DeviceForwardRequest request;
   request.dtype = dtype;
@@ -280,13 +279,8 @@ Result forward(const Package &package, Shape shape, DType dtype, int reps,
   result.hostMicroseconds = timing.hostMicroseconds;
   check(cudaGetLastError(), "the forward pass");
   double tokenHeads = double(shape.batch * shape.tokens) * shape.heads;
-  // A recurrent layer's floor counts the chunkwise FLOPs it could take.
-  double c = double(info.plan.chunkSize.value_or(64));
-  bool erase = info.normalForm.erase != manifest::Strength::None;
-  double perTokenHead = erase ? 6 * k * v + 4 * c * (k + v) + 2.0 / 3.0 * c * c
-                              : 4 * k * v + 2 * c * (k + v);
   result.bytes = arguments.bytesPerTokenHead * tokenHeads;
-  result.flops = perTokenHead * tokenHeads;
+  result.flops = forwardFlops(package, shape);
   return result;
 }
 

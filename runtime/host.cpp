@@ -53,22 +53,20 @@ struct HostArguments {
   }
 };
 
-/// The threads a host call runs on: `requested`, or for 0 the cores this
-/// process may run on (its affinity, which a container or taskset narrows).
-static int32_t hostThreads(int requested) {
-  if (requested < 0 || requested > kMaxHostThreads)
-    throw argumentError("threads is " + std::to_string(requested) +
+int hostThreads(int threads) {
+  if (threads < 0 || threads > kMaxHostThreads)
+    throw argumentError("threads is " + std::to_string(threads) +
                         "; expected 0 (every core this process may use) or "
                         "1 to " +
                         std::to_string(kMaxHostThreads));
-  if (requested > 0)
-    return requested;
+  if (threads > 0)
+    return threads;
 #if defined(__linux__)
   cpu_set_t cores;
   if (sched_getaffinity(0, sizeof cores, &cores) == 0 && CPU_COUNT(&cores) > 0)
     return CPU_COUNT(&cores);
 #endif
-  return int32_t(std::max(1u, std::thread::hardware_concurrency()));
+  return int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 void Package::forward(const ForwardRequest &request) const {

@@ -29,10 +29,7 @@ const char *dtypeName(DType dtype) {
   return name.empty() ? nullptr : name.data();
 }
 
-/// Whether this host runs a CPU kernel file built for `isa`, at most the
-/// instruction set LINAC_CPU_ISA names when it is set (to test the
-/// baseline's file on a host that has more).
-static bool hostRuns(manifest::CpuIsa isa) {
+bool hostRuns(manifest::CpuIsa isa) {
   if (const char *cap = std::getenv("LINAC_CPU_ISA")) {
     std::optional<manifest::CpuIsa> most = manifest::parse<manifest::CpuIsa>(cap);
     if (!most)

@@ -10,6 +10,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "linac/bench.h"
+#if defined(LINAC_CPU_BENCH)
+#include "linac/cpu_bench.h"
+#endif
 #include "linac/npy.h"
 #include "linac/package.h"
 
@@ -150,10 +153,37 @@ int describe(const std::string &path) {
 struct BenchOptions {
   std::vector<std::string> packages, shapes;
   std::string dtype = "bfloat16";
-  int reps = 50;
+  std::vector<int> threads = {1, 0};
+  std::optional<int> reps; ///< unset: 50 for CUDA packages, 5 for cpu ones
   int64_t segmentTokens = 0;
   bool decode = false;
 };
+
+/// A cpu package's forward at `shape` on each of --threads, beside the
+/// host's GEMM rate on as many threads, measured once a count.
+int benchCpu(const linac::Package &package, linac::bench::Shape shape,
+             const BenchOptions &options) {
+#if defined(LINAC_CPU_BENCH)
+  static std::map<int, linac::bench::CpuGemm> gemms;
+  for (int threads : options.threads) {
+    int count = linac::hostThreads(threads);
+    if (!gemms.count(count))
+      gemms[count] = linac::bench::measureCpuGemm(count);
+    linac::bench::Result result = linac::bench::forwardHost(
+        package, shape, count, options.reps.value_or(5));
+    std::printf("%s\n",
+                linac::bench::cpuJsonLine(package, shape, result, gemms[count])
+                    .c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+#else
+  (void)shape;
+  (void)options;
+  return fail("this linac-run was built without Eigen, which the CPU bench's "
+              "reference GEMM needs; it cannot time " + package.layer());
+#endif
+}
 
 int bench(const BenchOptions &options) {
   std::optional<linac::DType> dtype =
@@ -176,22 +206,38 @@ int bench(const BenchOptions &options) {
     shapes = {{64, 1, 16}, {256, 1, 16}};
   if (shapes.empty())
     shapes.push_back({});
-  if (options.reps <= 0)
+  if (options.reps && *options.reps <= 0)
     return fail("--reps must be positive");
   std::vector<std::unique_ptr<linac::Package>> packages;
-  for (const std::string &path : options.packages)
+  bool devicePackages = false;
+  for (const std::string &path : options.packages) {
     packages.push_back(linac::Package::open(path));
-  linac::bench::Ceilings ceilings = linac::bench::measureCeilings();
+    if (packages.back()->target() != "cpu")
+      devicePackages = true;
+    else if (options.decode)
+      return fail("--decode times CUDA packages; " + path + " is a cpu package");
+  }
+  if (devicePackages && options.threads != BenchOptions().threads)
+    return fail("--threads is for cpu packages");
+  std::optional<linac::bench::Ceilings> ceilings;
+  if (devicePackages)
+    ceilings = linac::bench::measureCeilings();
   for (const auto &package : packages)
     for (const linac::bench::Shape &shape : shapes) {
+      if (package->target() == "cpu") {
+        if (int status = benchCpu(*package, shape, options))
+          return status;
+        continue;
+      }
+      int reps = options.reps.value_or(50);
       linac::bench::Result result =
           options.decode
-              ? linac::bench::decode(*package, shape, *dtype, options.reps)
-              : linac::bench::forward(*package, shape, *dtype, options.reps,
+              ? linac::bench::decode(*package, shape, *dtype, reps)
+              : linac::bench::forward(*package, shape, *dtype, reps,
                                       options.segmentTokens);
       std::printf("%s\n", linac::bench::jsonLine(
                               *package, options.decode ? "decode" : "forward",
-                              shape, *dtype, result, ceilings)
+                              shape, *dtype, result, *ceilings)
                               .c_str());
       std::fflush(stdout);
     }
@@ -233,7 +279,8 @@ int main(int argc, char **argv) {
 
   BenchOptions benchOptions;
   CLI::App *benchCommand = app.add_subcommand(
-      "bench", "Time CUDA packages' forward passes on the GPU (JSON lines)");
+      "bench", "Time packages' forward passes, CUDA packages on the GPU and "
+               "cpu packages on the host beside its GEMM rate (JSON lines)");
   benchCommand->add_option("packages", benchOptions.packages, "NAME.linac...")
       ->required();
   benchCommand->add_option("--shape", benchOptions.shapes,
@@ -241,7 +288,11 @@ int main(int argc, char **argv) {
   benchCommand->add_option("--dtype", benchOptions.dtype,
                            "bfloat16, float16 or float32");
   benchCommand->add_option("--reps", benchOptions.reps,
-                           "Timed runs per case (median)");
+                           "Timed runs per case (median; default 50 on a GPU, "
+                           "5 on the host)");
+  benchCommand->add_option("--threads", benchOptions.threads,
+                           "Threads of a cpu package's pass (repeatable; 0: "
+                           "every core the process may use; default 1 and 0)");
   benchCommand->add_option(
       "--segment-tokens", benchOptions.segmentTokens,
       "Cut sequences into segments of this many tokens (0: as the runtime "

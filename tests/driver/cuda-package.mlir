@@ -24,6 +24,7 @@
 // RUN: not linac bench %t.linac --shape 8,4096 2>&1 | FileCheck %s --check-prefix=BENCHSHAPE
 // RUN: not linac bench %t.missing.linac 2>&1 | FileCheck %s --check-prefix=BENCHMISSING
 // RUN: not linac bench %t.linac --reps 0 2>&1 | FileCheck %s --check-prefix=BENCHREPS
+// RUN: not linac bench %t.linac --threads 2 2>&1 | FileCheck %s --check-prefix=BENCHTHREADS
 // RUN: rm -rf %t.nocompiler.linac
 // RUN: not env NVCC=/nonexistent/nvcc linac compile %s --target sm_90a -o %t.nocompiler.linac 2>&1 | FileCheck %s --check-prefix=NONVCC
 
@@ -128,6 +129,7 @@
 // BENCHSHAPE: error: --shape takes B,T,H as positive integers, got '8,4096'
 // BENCHMISSING: error: {{.*}}no manifest.json
 // BENCHREPS: error: --reps must be positive
+// BENCHTHREADS: error: --threads is for cpu packages
 // NONVCC: error: /nonexistent/nvcc (from NVCC) is not an executable
 
 !key = tensor<16xf32, #linac.key>

@@ -40,6 +40,14 @@ static std::string productsArchive(StringRef isa) {
                      dir ? dir : LINAC_CPU_PRODUCTS_DIR, isa.str());
 }
 
+/// The flags of an instruction set as the build gives them: one string,
+/// space-separated.
+[[maybe_unused]] static std::vector<std::string> splitFlags(StringRef text) {
+  llvm::SmallVector<StringRef> parts;
+  text.split(parts, ' ', -1, /*KeepEmpty=*/false);
+  return {parts.begin(), parts.end()};
+}
+
 std::optional<Toolchain> toolchain::find(StringRef target,
                                         std::string &error) {
   Toolchain tools;
@@ -69,12 +77,12 @@ std::optional<Toolchain> toolchain::find(StringRef target,
     tools.source = "layer.cpp";
     tools.kernel = "layer.so";
     tools.libraries = {productsArchive("baseline")};
-#if defined(__x86_64__)
+#if defined(LINAC_CPU_ISA_FLAGS_AVX2_FMA)
     // The products run Eigen's kernels at the width the file is built for:
     // SSE2 in the baseline, 8 lanes and fused multiply-adds here.
     tools.isaVariants.push_back({manifest::CpuIsa::Avx2Fma,
                                  "layer.avx2_fma.so",
-                                 {"-mavx2", "-mfma"},
+                                 splitFlags(LINAC_CPU_ISA_FLAGS_AVX2_FMA),
                                  {productsArchive("avx2_fma")}});
 #endif
   } else {

@@ -55,13 +55,26 @@ struct Shape {
   int64_t batch = 8, tokens = 4096, heads = 16;
 };
 
+/// docs/performance.md's FLOP count of `package`'s forward pass at `shape`:
+/// the chunkwise algorithm's products, for a recurrent layer the ones it
+/// could take.
+inline double forwardFlops(const Package &package, Shape shape) {
+  double k = double(package.keyDim()), v = double(package.valueDim());
+  double c = double(package.info().plan.chunkSize.value_or(64));
+  bool erase = package.info().normalForm.erase != manifest::Strength::None;
+  double perTokenHead = erase ? 6 * k * v + 4 * c * (k + v) + 2.0 / 3.0 * c * c
+                              : 4 * k * v + 2 * c * (k + v);
+  return perTokenHead * double(shape.batch * shape.tokens) * double(shape.heads);
+}
+
 struct Result {
   double milliseconds = 0; ///< median over the timed runs
   /// The host's time a call, launches queued behind each other.
   double hostMicroseconds = 0;
   double bytes = 0;        ///< the fewest bytes the pass must move
   double flops = 0;        ///< docs/performance.md's FLOP count
-  std::string kernel;      ///< the entry that ran
+  std::string kernel;      ///< the entry that ran; of a cpu package its file
+  int threads = 0;         ///< a cpu pass's threads
 };
 
 /// Runs `package` at `shape` on fresh random inputs in `dtype`: warm-up,

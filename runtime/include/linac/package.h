@@ -126,6 +126,16 @@ struct DeviceDecodeRequest {
   void *stream = nullptr;
 };
 
+/// The threads a host call with `threads` runs on: itself from 1 to
+/// kMaxHostThreads, or for 0 the cores this process may run on (its
+/// affinity, which a container or taskset narrows); other counts throw.
+int hostThreads(int threads);
+
+/// Whether this host runs a CPU kernel file built for `isa`, at most the
+/// instruction set LINAC_CPU_ISA names when it is set (to test a poorer
+/// file on a host that has more).
+bool hostRuns(manifest::CpuIsa isa);
+
 /// Shapes a validated request implies.
 struct ForwardShape {
   int64_t batch = 0, tokens = 0, heads = 0, sequences = 0;
@@ -154,6 +164,9 @@ public:
   const std::string &manifest() const { return manifest_; }
   /// The manifest as read and checked.
   const manifest::Manifest &info() const { return info_; }
+  /// The kernel file loaded: of a cpu package, the one for the richest
+  /// instruction set this host runs.
+  const std::string &kernelFile() const { return kernelFile_; }
 
   /// Validates `request`'s tensors and returns the shapes they imply.
   ForwardShape check(const ForwardRequest &request) const;
@@ -207,7 +220,6 @@ private:
   ForwardShape
   checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,
               const std::vector<int64_t> &cuSeqlens, float scale) const;
-  /// The first kernel the manifest lists for `dtype`.
 
   std::string layer_, target_, manifest_;
   int64_t keyDim_ = 0, valueDim_ = 0;

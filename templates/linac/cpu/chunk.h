@@ -30,8 +30,10 @@ void chunkSequenceByProducts(const linac_cpu_forward_args &args, int64_t seq,
   constexpr int U = V + (N ? 1 : 0);
   static_assert(!Layer::kValueDecay, "value-side decays take the pairwise path");
 
+  // A uniform gate's log-gates are one a token.
+  constexpr int G = Layer::kUniformKeyGate ? 1 : K;
   std::vector<float> q(C * K), k(C * K), e(C * K), u(C * U), out(C * U);
-  std::vector<double> lam(C * K), lamQ(C * K);
+  std::vector<double> lam(C * G), lamQ(C * G);
   const Chunk chunk{C,       K,        U,        Layer::kErase,
                     Layer::kReadBefore, Layer::kUniformKeyGate,
                     q.data(), k.data(), e.data(), u.data(),
@@ -52,9 +54,11 @@ void chunkSequenceByProducts(const linac_cpu_forward_args &args, int64_t seq,
         q[t * K + d] = ops.q[d] * scale;
         k[t * K + d] = ops.k[d];
         e[t * K + d] = ops.e[d];
-        const double before = t ? lam[(t - 1) * K + d] : 0.0;
-        lam[t * K + d] = before + floorLogGate(ops.gk[d]);
-        lamQ[t * K + d] = Layer::kReadBefore ? before : lam[t * K + d];
+      }
+      for (int d = 0; d < G; ++d) {
+        const double before = t ? lam[(t - 1) * G + d] : 0.0;
+        lam[t * G + d] = before + floorLogGate(ops.gk[d]);
+        lamQ[t * G + d] = Layer::kReadBefore ? before : lam[t * G + d];
       }
       std::copy(ops.u.x.begin(), ops.u.x.end(), u.begin() + t * U);
     }

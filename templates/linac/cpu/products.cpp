@@ -5,7 +5,9 @@
 // and A, the triangular solve for Delta, the reads and the state update,
 // on Eigen's fp32 GEMM. Every gate factor keeps a non-positive exponent or
 // is split through a reference log-gate into two factors whose exponents
-// stay within kMaxFactorExponent (docs/numerics.md).
+// stay within kMaxFactorExponent (docs/numerics.md). Exponents are
+// differences of log-gates summed in double, rounded to fp32 and
+// exponentiated by Eigen's vectorised exp, a whole array at a time.
 //
 // Compiled once per instruction set when linac is built (the archives
 // liblinac_cpu_products_<isa>.a), and linked into each package's kernel
@@ -29,6 +31,10 @@ namespace {
 using Matrix =
     Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMatrix = Eigen::Map<const Matrix>;
+using Factors =
+    Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowFactors = Eigen::Array<float, 1, Eigen::Dynamic>;
+using ColumnFactors = Eigen::Array<float, Eigen::Dynamic, 1>;
 /// Cumulative log-gates, summed in double: a difference of two large fp32
 /// sums would cancel under strong gates.
 using LogGates =
@@ -43,42 +49,58 @@ constexpr double kMaxFactorExponent = 40.0;
 /// are too strong to split through a single reference.
 constexpr int kProductBlock = 16;
 
+/// e^(sign (rows(t, d) - offset(d))) for every row t: the difference in
+/// double, its exponential in fp32 over the whole array.
+void expOfDifferences(const ConstLogGates &rows, const LogGateRow &offset,
+                      double sign, Factors &out) {
+  out.resize(rows.rows(), rows.cols());
+  for (int t = 0; t < rows.rows(); ++t)
+    for (int d = 0; d < rows.cols(); ++d)
+      out(t, d) = float(sign * (rows(t, d) - offset(d)));
+  out = out.exp();
+}
+
+/// The same for log-gates the same on every channel: one a token.
+void expOfDifferences(const double *rows, int count, double offset,
+                      double sign, ColumnFactors &out) {
+  out.resize(count);
+  for (int t = 0; t < count; ++t)
+    out(t) = float(sign * (rows[t] - offset));
+  out = out.exp();
+}
+
+/// Zeroes the pairs of `out` above the diagonal (and on it when `strict`).
+void mask(Matrix &out, int begin, int end, bool strict) {
+  for (int t = begin; t < end; ++t)
+    for (int s = strict ? t : t + 1; s < end; ++s)
+      out(t, s) = 0.0f;
+}
+
 /// out[t][s] = sum_d x[t][d] y[s][d] e^(lx[t][d] - ly[s][d]) for the pairs
-/// s <= t (s < t when `strict`), 0 elsewhere: the intra-chunk products of a
-/// chunk whose cumulative log-gates ly fall from 0 (lx, the query's, lie
-/// between ly's row before and its own). Uniform: every channel's log-gates
-/// are the same, so one factor a pair serves.
-struct GatedProducts {
+/// s <= t (s < t when `strict`), 0 elsewhere, when some channel's
+/// log-gates fall by more than 2 kMaxFactorExponent over the chunk: by
+/// blocks of kProductBlock tokens, a pair of blocks through the log-gate at
+/// the end of the earlier one (both factors at most 1), a diagonal block
+/// through its own midpoint, or pair by pair when it alone falls that far.
+struct BlockedProducts {
   const ConstMatrix &x, &y;
   const ConstLogGates &lx, &ly;
-  bool uniform, strict;
+  bool strict;
   Matrix &out;
+  Factors &factors;
   Matrix &scaledX, &scaledY;
 
-  bool keeps(int t, int s) const { return strict ? s < t : s <= t; }
-
-  void maskBlock(int begin, int end) {
-    for (int t = begin; t < end; ++t)
-      for (int s = begin; s < end; ++s)
-        if (!keeps(t, s))
-          out(t, s) = 0.0f;
-  }
-
-  /// Rows [tb, te) against rows [sb, se) through the log-gates `reference`
-  /// (a row vector): x e^(lx - reference) times (y e^(reference - ly))^T.
+  /// Rows [tb, te) against rows [sb, se) through the log-gates `reference`:
+  /// x e^(lx - reference) times (y e^(reference - ly))^T.
   void throughReference(int tb, int te, int sb, int se,
                         const LogGateRow &reference) {
     const int rows = te - tb, columns = se - sb;
-    scaledX.resize(rows, x.cols());
-    scaledY.resize(columns, y.cols());
-    for (int t = 0; t < rows; ++t)
-      scaledX.row(t) = (x.row(tb + t).array() *
-                        (lx.row(tb + t) - reference).cast<float>().exp())
-                           .matrix();
-    for (int s = 0; s < columns; ++s)
-      scaledY.row(s) = (y.row(sb + s).array() *
-                        (reference - ly.row(sb + s)).cast<float>().exp())
-                           .matrix();
+    const ConstLogGates lxBlock(lx.data() + tb * lx.cols(), rows, lx.cols());
+    const ConstLogGates lyBlock(ly.data() + sb * ly.cols(), columns, ly.cols());
+    expOfDifferences(lxBlock, reference, 1.0, factors);
+    scaledX = x.middleRows(tb, rows).array() * factors;
+    expOfDifferences(lyBlock, reference, -1.0, factors);
+    scaledY = y.middleRows(sb, columns).array() * factors;
     out.block(tb, sb, rows, columns).noalias() =
         scaledX * scaledY.transpose();
   }
@@ -93,51 +115,33 @@ struct GatedProducts {
   /// The largest fall of any channel's log-gate over rows [begin, end);
   /// NaN gates make it NaN.
   double fall(int begin, int end) const {
-    return (before(begin) - ly.row(end - 1)).maxCoeff();
+    return (before(begin) - ly.row(end - 1)).maxCoeff<Eigen::PropagateNaN>();
   }
 
-  void block(int begin, int end) {
+  void diagonal(int begin, int end) {
     if (fall(begin, end) <= 2 * kMaxFactorExponent) {
-      // Through the mid-point of the fall: every exponent within half of it.
       throughReference(begin, end, begin, end,
                        (before(begin) + ly.row(end - 1)) * 0.5);
-      maskBlock(begin, end);
+      mask(out, begin, end, strict);
       return;
     }
-    // Too strong a fall for one reference: pair by pair.
     for (int t = begin; t < end; ++t)
       for (int s = begin; s < end; ++s)
-        out(t, s) = keeps(t, s)
+        out(t, s) = (strict ? s < t : s <= t)
                         ? (x.row(t).array() * y.row(s).array() *
                            (lx.row(t) - ly.row(s)).cast<float>().exp())
                               .sum()
                         : 0.0f;
   }
 
-  /// Every pair of the chunk's `rows` (a short chunk's rows past its end
-  /// are zeros, and so are their products).
   void run(int rows) {
-    if (uniform) {
-      // One factor a pair, applied to the product.
-      out.noalias() = x * y.transpose();
-      for (int t = 0; t < rows; ++t)
-        for (int s = 0; s < rows; ++s)
-          out(t, s) = keeps(t, s)
-                          ? out(t, s) * float(std::exp(lx(t, 0) - ly(s, 0)))
-                          : 0.0f;
-      return;
-    }
-    if (fall(0, rows) <= 2 * kMaxFactorExponent)
-      return block(0, rows);
-    // Blocks: a pair of blocks through the log-gate at the end of the
-    // earlier one (both factors at most 1), each diagonal block by itself.
     out.setZero();
     for (int tb = 0; tb < rows; tb += kProductBlock) {
       const int te = std::min(rows, tb + kProductBlock);
       for (int sb = 0; sb < tb; sb += kProductBlock)
         throughReference(tb, te, sb, sb + kProductBlock,
                          ly.row(sb + kProductBlock - 1));
-      block(tb, te);
+      diagonal(tb, te);
     }
   }
 };
@@ -160,10 +164,122 @@ private:
 #endif
 };
 
-/// Each thread's scratch matrices, kept from chunk to chunk.
+/// Each thread's scratch, kept from chunk to chunk.
 struct Scratch {
-  Matrix p, a, gated, delta, scaledX, scaledY;
+  Matrix p, a, delta, gatedQ, gatedE, gatedK, scaledX, scaledY;
+  Factors factors;
+  ColumnFactors query, erase, key;
 };
+
+/// A chunk's gated operands: Q (.) Gamma, E (.) Gamma and K (.) Gamma_C /
+/// Gamma in gatedQ, gatedE and gatedK, the state's decay over the chunk
+/// in `decay`, and P and A.
+struct GatedChunk {
+  Matrix &p, &a, &gatedQ, &gatedE, &gatedK;
+  RowFactors decay;
+};
+
+/// A gate the same on every channel: one factor a token (and a pair).
+void uniformGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
+  const int C = chunk.rows, K = chunk.keys;
+  ConstMatrix q(chunk.q, C, K), k(chunk.k, C, K), e(chunk.e, C, K);
+  const double *lam = chunk.lam, *lamQ = chunk.lamQ;
+  const double end = lam[C - 1];
+  ColumnFactors &fq = scratch.query, &fe = scratch.erase, &fk = scratch.key;
+  // NaN gates fail the test and take the pairs' own factors.
+  if (-end <= 2 * kMaxFactorExponent) {
+    // Through the midpoint of the chunk's fall: every exponent within
+    // kMaxFactorExponent, so the factors go into the operands.
+    const double mid = end / 2;
+    expOfDifferences(lamQ, C, mid, 1.0, fq);
+    expOfDifferences(lam, C, mid, -1.0, fk);
+    out.gatedQ = fq.matrix().asDiagonal() * q;
+    out.gatedK = fk.matrix().asDiagonal() * k;
+    out.p.noalias() = out.gatedQ * out.gatedK.transpose();
+    mask(out.p, 0, C, chunk.readBefore);
+    if (chunk.erase) {
+      expOfDifferences(lam, C, mid, 1.0, fe);
+      out.gatedE = fe.matrix().asDiagonal() * e;
+      out.a.noalias() = out.gatedE * out.gatedK.transpose();
+      mask(out.a, 0, C, true);
+      out.gatedE *= float(std::exp(mid));
+    }
+    out.gatedQ *= float(std::exp(mid));
+    out.gatedK *= float(std::exp(end - mid));
+  } else {
+    // e^(lambda_t - lambda_s) for each kept pair, after the product.
+    Factors &pairs = scratch.factors;
+    pairs.resize(C, C);
+    auto gatedPairs = [&](const ConstMatrix &x, const double *lx, bool strict,
+                          Matrix &product) {
+      product.noalias() = x * k.transpose();
+      for (int t = 0; t < C; ++t)
+        for (int s = 0; s < C; ++s)
+          pairs(t, s) = (strict ? s < t : s <= t) ? float(lx[t] - lam[s])
+                                                  : -INFINITY;
+      pairs = pairs.exp();
+      product.array() *= pairs;
+    };
+    gatedPairs(q, lamQ, chunk.readBefore, out.p);
+    if (chunk.erase)
+      gatedPairs(e, lam, true, out.a);
+    expOfDifferences(lamQ, C, 0.0, 1.0, fq);
+    expOfDifferences(lam, C, end, -1.0, fk);
+    out.gatedQ = fq.matrix().asDiagonal() * q;
+    out.gatedK = fk.matrix().asDiagonal() * k;
+    if (chunk.erase) {
+      expOfDifferences(lam, C, 0.0, 1.0, fe);
+      out.gatedE = fe.matrix().asDiagonal() * e;
+    }
+  }
+  out.decay = RowFactors::Constant(K, float(std::exp(end)));
+}
+
+/// A gate of its own on every key channel.
+void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
+  const int C = chunk.rows, K = chunk.keys;
+  ConstMatrix q(chunk.q, C, K), k(chunk.k, C, K), e(chunk.e, C, K);
+  ConstLogGates lam(chunk.lam, C, K), lamQ(chunk.lamQ, C, K);
+  const LogGateRow end = lam.row(C - 1);
+  Factors &factors = scratch.factors;
+  // NaN gates make the fall NaN and take the blocked products.
+  if ((-end).maxCoeff<Eigen::PropagateNaN>() <= 2 * kMaxFactorExponent) {
+    // Through the midpoint of each channel's fall, as uniformGates.
+    const LogGateRow mid = end * 0.5;
+    expOfDifferences(lamQ, mid, 1.0, factors);
+    out.gatedQ = q.array() * factors;
+    expOfDifferences(lam, mid, -1.0, factors);
+    out.gatedK = k.array() * factors;
+    out.p.noalias() = out.gatedQ * out.gatedK.transpose();
+    mask(out.p, 0, C, chunk.readBefore);
+    const RowFactors toMid = mid.cast<float>().exp();
+    if (chunk.erase) {
+      expOfDifferences(lam, mid, 1.0, factors);
+      out.gatedE = e.array() * factors;
+      out.a.noalias() = out.gatedE * out.gatedK.transpose();
+      mask(out.a, 0, C, true);
+      out.gatedE.array().rowwise() *= toMid;
+    }
+    out.gatedQ.array().rowwise() *= toMid;
+    out.gatedK.array().rowwise() *= (end - mid).cast<float>().exp();
+  } else {
+    BlockedProducts{q,         k,     lamQ,           lam, chunk.readBefore,
+                    out.p,     factors, scratch.scaledX, scratch.scaledY}
+        .run(C);
+    if (chunk.erase) {
+      BlockedProducts{e,     k,       lam,             lam, true,
+                      out.a, factors, scratch.scaledX, scratch.scaledY}
+          .run(C);
+      expOfDifferences(lam, LogGateRow::Zero(K), 1.0, factors);
+      out.gatedE = e.array() * factors;
+    }
+    expOfDifferences(lamQ, LogGateRow::Zero(K), 1.0, factors);
+    out.gatedQ = q.array() * factors;
+    expOfDifferences(lam, end, -1.0, factors);
+    out.gatedK = k.array() * factors;
+  }
+  out.decay = end.cast<float>().exp();
+}
 
 } // namespace
 
@@ -171,41 +287,29 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
   FlushSubnormals flush;
   const int C = chunk.rows, K = chunk.keys, U = chunk.columns;
   thread_local Scratch scratch;
-  Matrix &p = scratch.p, &a = scratch.a, &gated = scratch.gated,
-         &delta = scratch.delta;
-  p.resize(C, C);
-  a.resize(C, C);
-  gated.resize(C, K);
-  ConstMatrix q(chunk.q, C, K), k(chunk.k, C, K), e(chunk.e, C, K),
-      u(chunk.u, C, U);
-  ConstLogGates lam(chunk.lam, C, K), lamQ(chunk.lamQ, C, K);
-  Eigen::Map<Matrix> S(state, K, U), reads(out, C, U);
+  scratch.p.resize(C, C);
+  scratch.a.resize(C, C);
+  GatedChunk gated{scratch.p,      scratch.a,      scratch.gatedQ,
+                   scratch.gatedE, scratch.gatedK, {}};
+  if (chunk.uniformGate)
+    uniformGates(chunk, scratch, gated);
+  else
+    keyGates(chunk, scratch, gated);
 
-  GatedProducts{q,  k, lamQ, lam, chunk.uniformGate, chunk.readBefore,
-                p, scratch.scaledX, scratch.scaledY}
-      .run(C);
+  ConstMatrix u(chunk.u, C, U);
+  Eigen::Map<Matrix> S(state, K, U), reads(out, C, U);
+  Matrix &delta = scratch.delta;
   delta = u;
   if (chunk.erase) {
-    GatedProducts{e, k, lam, lam, chunk.uniformGate, true,
-                  a, scratch.scaledX, scratch.scaledY}
-        .run(C);
     // delta_t + sum_{s<t} A_ts delta_s = u_t - S^T (Gamma_t (.) e_t).
-    gated = (e.array() * lam.cast<float>().exp()).matrix();
-    delta.noalias() -= gated * S;
-    a.triangularView<Eigen::UnitLower>().solveInPlace(delta);
+    delta.noalias() -= gated.gatedE * S;
+    gated.a.triangularView<Eigen::UnitLower>().solveInPlace(delta);
   }
-
-  gated = (q.array() * lamQ.cast<float>().exp()).matrix();
-  reads.noalias() = gated * S;
-  reads.noalias() += p * delta;
-
+  reads.noalias() = gated.gatedQ * S;
+  reads.noalias() += gated.p * delta;
   // S <- Gamma_C (.) S + (K (.) Gamma_C / Gamma)^T Delta.
-  const auto lamEnd = lam.row(C - 1);
-  for (int t = 0; t < C; ++t)
-    gated.row(t) =
-        (k.row(t).array() * (lamEnd - lam.row(t)).cast<float>().exp()).matrix();
-  S.array().colwise() *= lamEnd.cast<float>().exp().transpose();
-  S.noalias() += gated.transpose() * delta;
+  S.array().colwise() *= gated.decay.transpose();
+  S.noalias() += gated.gatedK.transpose() * delta;
 }
 
 } // namespace linac::cpu

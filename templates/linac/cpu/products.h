@@ -21,8 +21,9 @@ struct Chunk {
   const float *q;       ///< [C, K], the read's scale applied
   const float *k, *e;   ///< [C, K]
   const float *u;       ///< [C, U]
-  /// Cumulative log-gates from the chunk's start [C, K], and the ones the
-  /// query sees (a token back when reading before the write).
+  /// Cumulative log-gates from the chunk's start, [C] for a uniform gate
+  /// and [C, K] otherwise, and the ones the query sees (a token back when
+  /// reading before the write).
   const double *lam, *lamQ;
 };
 

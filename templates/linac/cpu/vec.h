@@ -10,6 +10,8 @@
 #ifndef LINAC_CPU_VEC_H
 #define LINAC_CPU_VEC_H
 
+#include "linac/cpu/vector_math.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -91,19 +93,42 @@ inline float minimum(float a, float b) {
   template <int N> Vec<N> name(const Vec<N> &a) {                              \
     return map(a, [](float x) { return fn(x); });                              \
   }
-LINAC_CPU_UNARY(exp_, std::exp)
 LINAC_CPU_UNARY(exp2_, std::exp2)
-LINAC_CPU_UNARY(log_, std::log)
 LINAC_CPU_UNARY(log2_, std::log2)
-LINAC_CPU_UNARY(log1p_, std::log1p)
-LINAC_CPU_UNARY(sqrt_, std::sqrt)
-LINAC_CPU_UNARY(tanh_, std::tanh)
 LINAC_CPU_UNARY(abs_, std::fabs)
 #undef LINAC_CPU_UNARY
 
-template <int N> Vec<N> softplus(const Vec<N> &a) { return map(a, [](float x) { return softplus(x); }); }
-template <int N> Vec<N> sigmoid(const Vec<N> &a) { return map(a, [](float x) { return sigmoid(x); }); }
-template <int N> Vec<N> rsqrt(const Vec<N> &a) { return map(a, [](float x) { return rsqrt(x); }); }
+/// A vector through vector_math.cpp's vectorised kernels; one token's
+/// scalars stay with libm.
+template <int N> Vec<N> applied(MathFunction f, const Vec<N> &a) {
+  Vec<N> r;
+  applyMath(f, a.x.data(), r.x.data(), N);
+  return r;
+}
+#define LINAC_CPU_VECTOR_UNARY(name, scalar, function)                         \
+  inline float name(float x) { return scalar(x); }                             \
+  template <int N> Vec<N> name(const Vec<N> &a) {                              \
+    return applied(MathFunction::function, a);                                 \
+  }
+LINAC_CPU_VECTOR_UNARY(exp_, std::exp, Exp)
+LINAC_CPU_VECTOR_UNARY(log_, std::log, Log)
+LINAC_CPU_VECTOR_UNARY(log1p_, std::log1p, Log1p)
+LINAC_CPU_VECTOR_UNARY(sqrt_, std::sqrt, Sqrt)
+LINAC_CPU_VECTOR_UNARY(tanh_, std::tanh, Tanh)
+#undef LINAC_CPU_VECTOR_UNARY
+
+template <int N> Vec<N> softplus(const Vec<N> &a) {
+  return applied(MathFunction::Softplus, a);
+}
+template <int N> Vec<N> sigmoid(const Vec<N> &a) {
+  return applied(MathFunction::Sigmoid, a);
+}
+template <int N> Vec<N> rsqrt(const Vec<N> &a) {
+  Vec<N> r = applied(MathFunction::Sqrt, a);
+  for (int i = 0; i < N; ++i)
+    r[i] = 1.0f / r[i];
+  return r;
+}
 template <int N> Vec<N> maximum(const Vec<N> &a, const Vec<N> &b) {
   return zip(a, b, [](float x, float y) { return maximum(x, y); });
 }
@@ -116,9 +141,18 @@ template <int N> Vec<N> pow_(const Vec<N> &a, const Vec<N> &b) {
 }
 
 template <int N> float dot(const Vec<N> &a, const Vec<N> &b) {
+  // Eight partial sums in double, which the compiler keeps in vector
+  // registers, rather than one chain of dependent additions.
+  constexpr int kLanes = 8;
+  double partial[kLanes] = {};
+  for (int i = 0; i + kLanes <= N; i += kLanes)
+    for (int j = 0; j < kLanes; ++j)
+      partial[j] += double(a[i + j]) * b[i + j];
   double sum = 0;
-  for (int i = 0; i < N; ++i)
+  for (int i = N - N % kLanes; i < N; ++i)
     sum += double(a[i]) * b[i];
+  for (double p : partial)
+    sum += p;
   return float(sum);
 }
 

@@ -28,16 +28,21 @@ void chunkSequenceByProducts(const linac_cpu_forward_args &args, int64_t seq,
   constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
   constexpr bool N = Layer::kNormalizer;
   constexpr int U = V + (N ? 1 : 0);
-  static_assert(!Layer::kValueDecay, "value-side decays take the pairwise path");
+  static_assert(!(Layer::kValueDecay && Layer::kErase),
+                "an erase under a value-side decay takes the pairwise path");
 
   // A uniform gate's log-gates are one a token.
   constexpr int G = Layer::kUniformKeyGate ? 1 : K;
   std::vector<float> q(C * K), k(C * K), e(C * K), u(C * U), out(C * U);
   std::vector<double> lam(C * G), lamQ(C * G);
+  // A value-side decay's log-gates, one a column (none in a normaliser's).
+  constexpr int P = Layer::kValueDecay ? U : 0;
+  std::vector<double> psi(C * P, 0.0), psiQ(C * P, 0.0);
   const Chunk chunk{C,       K,        U,        Layer::kErase,
                     Layer::kReadBefore, Layer::kUniformKeyGate,
                     q.data(), k.data(), e.data(), u.data(),
-                    lam.data(), lamQ.data()};
+                    lam.data(), lamQ.data(),
+                    P ? psi.data() : nullptr, P ? psiQ.data() : nullptr};
   Operands ops;
 
   for (int64_t start = args.cu_seqlens[seq]; start < args.cu_seqlens[seq + 1];
@@ -59,6 +64,11 @@ void chunkSequenceByProducts(const linac_cpu_forward_args &args, int64_t seq,
         const double before = t ? lam[(t - 1) * G + d] : 0.0;
         lam[t * G + d] = before + floorLogGate(ops.gk[d]);
         lamQ[t * G + d] = Layer::kReadBefore ? before : lam[t * G + d];
+      }
+      for (int j = 0; j < P && j < V; ++j) {
+        const double before = t ? psi[(t - 1) * P + j] : 0.0;
+        psi[t * P + j] = before + floorLogGate(ops.gv[j]);
+        psiQ[t * P + j] = Layer::kReadBefore ? before : psi[t * P + j];
       }
       std::copy(ops.u.x.begin(), ops.u.x.end(), u.begin() + t * U);
     }

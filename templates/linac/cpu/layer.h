@@ -155,7 +155,8 @@ void stepThrough(const Args &args, int64_t begin, int64_t end, int64_t head,
 }
 
 /// The chunkwise algorithm (docs/design.md) for one sequence and head of
-/// a layer with a value-side decay, whose factors differ for every pair,
+/// a layer with a value-side decay and an erase, whose solve differs for
+/// every value column and whose factors differ for every pair,
 /// key channel and value column. Every gate factor is exp of a difference of
 /// cumulative log-gates taken per pair (t, j) with j <= t, so exponents are
 /// never positive and no cumulative decay or its inverse is formed alone;
@@ -375,8 +376,8 @@ template <typename Layer> int decode(const linac_cpu_decode_args &args) {
 
 /// Each sequence and head from its initial state (zeros without one) to its
 /// final state: the recurrent scan (the step, token by token), the pairwise
-/// chunkwise algorithm for a value-side decay, or the chunkwise algorithm by
-/// matrix products (chunk.h).
+/// chunkwise algorithm for an erase under a value-side decay, or the
+/// chunkwise algorithm by matrix products (chunk.h).
 template <typename Layer> int forward(const linac_cpu_forward_args &args) {
   constexpr int K = Layer::K, V = Layer::V;
   constexpr bool N = Layer::kNormalizer;
@@ -390,7 +391,7 @@ template <typename Layer> int forward(const linac_cpu_forward_args &args) {
                 if constexpr (Layer::kRecurrent)
                   stepThrough<Layer>(args, args.cu_seqlens[seq],
                                      args.cu_seqlens[seq + 1], head, state);
-                else if constexpr (Layer::kValueDecay)
+                else if constexpr (Layer::kValueDecay && Layer::kErase)
                   pairwiseChunkSequence<Layer>(args, seq, head, state);
                 else
                   chunkSequenceByProducts<Layer, Token<Layer>, State<K, V, N>,

@@ -281,6 +281,68 @@ void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
   out.decay = end.cast<float>().exp();
 }
 
+/// The reads' intra-chunk term under a value-side decay, added to `reads`:
+/// sum_{s <= t} P_ts u_s (.) e^(psiQ_t - psi_s), through the midpoint of
+/// the chunk's fall when no column falls by more than 80, else by blocks
+/// of kProductBlock tokens as BlockedProducts takes the key side.
+struct ValueDecayedReads {
+  const Matrix &p;
+  const ConstMatrix &u;
+  const ConstLogGates &psi, &psiQ;
+  Eigen::Map<Matrix> &reads;
+  Factors &factors;
+  Matrix &weighted, &partial;
+
+  /// Rows [tb, te) from the tokens [sb, se) through the log-gates
+  /// `reference`: (P u (.) e^(reference - psi)) (.) e^(psiQ - reference).
+  void throughReference(int tb, int te, int sb, int se,
+                        const LogGateRow &reference) {
+    const int rows = te - tb, tokens = se - sb;
+    expOfDifferences(ConstLogGates(psi.data() + sb * psi.cols(), tokens,
+                                   psi.cols()),
+                     reference, -1.0, factors);
+    weighted = u.middleRows(sb, tokens).array() * factors;
+    partial.noalias() = p.block(tb, sb, rows, tokens) * weighted;
+    expOfDifferences(ConstLogGates(psiQ.data() + tb * psiQ.cols(), rows,
+                                   psiQ.cols()),
+                     reference, 1.0, factors);
+    reads.middleRows(tb, rows).array() += partial.array() * factors;
+  }
+
+  LogGateRow before(int begin) const {
+    if (begin == 0)
+      return LogGateRow::Zero(psi.cols());
+    return psi.row(begin - 1);
+  }
+
+  double fall(int begin, int end) const {
+    return (before(begin) - psi.row(end - 1)).maxCoeff<Eigen::PropagateNaN>();
+  }
+
+  void diagonal(int begin, int end) {
+    if (fall(begin, end) <= 2 * kMaxFactorExponent)
+      return throughReference(begin, end, begin, end,
+                              (before(begin) + psi.row(end - 1)) * 0.5);
+    for (int t = begin; t < end; ++t)
+      for (int s = begin; s <= t; ++s)
+        reads.row(t).array() +=
+            p(t, s) * u.row(s).array() *
+            (psiQ.row(t) - psi.row(s)).cast<float>().exp();
+  }
+
+  void run(int rows) {
+    if (fall(0, rows) <= 2 * kMaxFactorExponent)
+      return diagonal(0, rows);
+    for (int tb = 0; tb < rows; tb += kProductBlock) {
+      const int te = std::min(rows, tb + kProductBlock);
+      for (int sb = 0; sb < tb; sb += kProductBlock)
+        throughReference(tb, te, sb, sb + kProductBlock,
+                         psi.row(sb + kProductBlock - 1));
+      diagonal(tb, te);
+    }
+  }
+};
+
 } // namespace
 
 void chunkForward(const Chunk &chunk, float *state, float *out) {
@@ -306,10 +368,29 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
     gated.a.triangularView<Eigen::UnitLower>().solveInPlace(delta);
   }
   reads.noalias() = gated.gatedQ * S;
-  reads.noalias() += gated.p * delta;
-  // S <- Gamma_C (.) S + (K (.) Gamma_C / Gamma)^T Delta.
+  if (!chunk.psi) {
+    reads.noalias() += gated.p * delta;
+    // S <- Gamma_C (.) S + (K (.) Gamma_C / Gamma)^T Delta.
+    S.array().colwise() *= gated.decay.transpose();
+    S.noalias() += gated.gatedK.transpose() * delta;
+    return;
+  }
+  // A value-side decay Psi (no erase, so Delta = U): O = ((Q (.) Gamma)
+  // S) (.) Psi + the intra-chunk term, and S <- Gamma_C (.) S (.) Psi_C +
+  // (K (.) Gamma_C / Gamma)^T (U (.) Psi_C / Psi).
+  ConstLogGates psi(chunk.psi, C, U), psiQ(chunk.psiQ, C, U);
+  Factors &factors = scratch.factors;
+  expOfDifferences(psiQ, LogGateRow::Zero(U), 1.0, factors);
+  reads.array() *= factors;
+  ValueDecayedReads{gated.p,         u,       psi,           psiQ, reads,
+                    factors, scratch.scaledX, scratch.scaledY}
+      .run(C);
+  const LogGateRow end = psi.row(C - 1);
+  expOfDifferences(psi, end, -1.0, factors);
+  scratch.scaledX = u.array() * factors;
   S.array().colwise() *= gated.decay.transpose();
-  S.noalias() += gated.gatedK.transpose() * delta;
+  S.array().rowwise() *= end.cast<float>().exp();
+  S.noalias() += gated.gatedK.transpose() * scratch.scaledX;
 }
 
 } // namespace linac::cpu

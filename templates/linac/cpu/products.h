@@ -25,6 +25,9 @@ struct Chunk {
   /// and [C, K] otherwise, and the ones the query sees (a token back when
   /// reading before the write).
   const double *lam, *lamQ;
+  /// With a value-side decay (and no erase): its cumulative log-gates
+  /// [C, U] (0 in a normaliser's column) and the query's, else null.
+  const double *psi, *psiQ;
 };
 
 /// The chunk's reads before the epilogue (`out`, [C, U]) and the state

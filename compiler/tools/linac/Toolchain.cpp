@@ -70,7 +70,7 @@ std::optional<Toolchain> toolchain::find(StringRef target,
   }
   tools.program = *program;
   if (target == "cpu") {
-    tools.flags = {"-std=c++17", "-O2", "-fPIC", "-shared", "-pthread",
+    tools.flags = {"-std=c++17", "-O3", "-fPIC", "-shared", "-pthread",
                    include,
                    "-Wl,--version-script=" + templatesDir() +
                        "/linac/cpu/exports.map"};

@@ -245,17 +245,21 @@ void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
   // NaN gates make the fall NaN and take the blocked products.
   if ((-end).maxCoeff<Eigen::PropagateNaN>() <= 2 * kMaxFactorExponent) {
     // Through the midpoint of each channel's fall, as uniformGates.
+    // One array of exponentials e^(lambda - m) serves the erase, the key
+    // (its reciprocal, within e^+-40) and, reading after the write, the
+    // query.
     const LogGateRow mid = end * 0.5;
-    expOfDifferences(lamQ, mid, 1.0, factors);
+    expOfDifferences(lam, mid, 1.0, factors);
+    out.gatedK = k.array() / factors;
+    if (chunk.erase)
+      out.gatedE = e.array() * factors;
+    if (chunk.readBefore)
+      expOfDifferences(lamQ, mid, 1.0, factors);
     out.gatedQ = q.array() * factors;
-    expOfDifferences(lam, mid, -1.0, factors);
-    out.gatedK = k.array() * factors;
     out.p.noalias() = out.gatedQ * out.gatedK.transpose();
     mask(out.p, 0, C, chunk.readBefore);
     const RowFactors toMid = mid.cast<float>().exp();
     if (chunk.erase) {
-      expOfDifferences(lam, mid, 1.0, factors);
-      out.gatedE = e.array() * factors;
       out.a.noalias() = out.gatedE * out.gatedK.transpose();
       mask(out.a, 0, C, true);
       out.gatedE.array().rowwise() *= toMid;

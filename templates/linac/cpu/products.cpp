@@ -285,10 +285,10 @@ void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
   out.decay = end.cast<float>().exp();
 }
 
-/// The reads' intra-chunk term under a value-side decay, added to `reads`:
-/// sum_{s <= t} P_ts u_s (.) e^(psiQ_t - psi_s), through the midpoint of
-/// the chunk's fall when no column falls by more than 80, else by blocks
-/// of kProductBlock tokens as BlockedProducts takes the key side.
+/// The reads' intra-chunk term under a value-side decay that falls by more
+/// than 2 kMaxFactorExponent over the chunk, added to `reads`: sum_{s <= t}
+/// P_ts u_s (.) e^(psiQ_t - psi_s), by blocks of kProductBlock tokens as
+/// BlockedProducts takes the key side.
 struct ValueDecayedReads {
   const Matrix &p;
   const ConstMatrix &u;
@@ -335,8 +335,6 @@ struct ValueDecayedReads {
   }
 
   void run(int rows) {
-    if (fall(0, rows) <= 2 * kMaxFactorExponent)
-      return diagonal(0, rows);
     for (int tb = 0; tb < rows; tb += kProductBlock) {
       const int te = std::min(rows, tb + kProductBlock);
       for (int sb = 0; sb < tb; sb += kProductBlock)
@@ -384,12 +382,31 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
   // (K (.) Gamma_C / Gamma)^T (U (.) Psi_C / Psi).
   ConstLogGates psi(chunk.psi, C, U), psiQ(chunk.psiQ, C, U);
   Factors &factors = scratch.factors;
+  const LogGateRow end = psi.row(C - 1);
+  if ((-end).maxCoeff<Eigen::PropagateNaN>() <= 2 * kMaxFactorExponent) {
+    // Through the midpoint of each column's fall, one array of
+    // exponentials F = e^(psi - m) for the writes (U / F), the reads (F,
+    // and e^m for the state's part) and the update (e^(psi_C - m) / F).
+    const LogGateRow mid = end * 0.5;
+    expOfDifferences(psi, mid, 1.0, factors);
+    Matrix &weighted = scratch.scaledX, &partial = scratch.scaledY;
+    weighted = u.array() / factors;
+    partial.noalias() = gated.p * weighted;
+    if (chunk.readBefore)
+      expOfDifferences(psiQ, mid, 1.0, factors);
+    reads.array().rowwise() *= mid.cast<float>().exp();
+    reads.array() = (reads.array() + partial.array()) * factors;
+    weighted.array().rowwise() *= (end - mid).cast<float>().exp();
+    S.array().colwise() *= gated.decay.transpose();
+    S.array().rowwise() *= end.cast<float>().exp();
+    S.noalias() += gated.gatedK.transpose() * weighted;
+    return;
+  }
   expOfDifferences(psiQ, LogGateRow::Zero(U), 1.0, factors);
   reads.array() *= factors;
   ValueDecayedReads{gated.p,         u,       psi,           psiQ, reads,
                     factors, scratch.scaledX, scratch.scaledY}
       .run(C);
-  const LogGateRow end = psi.row(C - 1);
   expOfDifferences(psi, end, -1.0, factors);
   scratch.scaledX = u.array() * factors;
   S.array().colwise() *= gated.decay.transpose();

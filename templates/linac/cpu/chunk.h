@@ -20,8 +20,23 @@
 
 namespace linac::cpu {
 
+/// Asks the cache for the inputs of tokens [begin, end) of `head`. A
+/// head's row of a token is a few hundred bytes, H of them apart: a new
+/// page every token, where the hardware's prefetchers stop.
+template <typename Layer, typename Token>
+void prefetchInputs(const linac_cpu_forward_args &args, int64_t begin,
+                    int64_t end, int64_t head) {
+  constexpr int kLineFloats = 64 / sizeof(float);
+  for (int64_t t = begin; t < end; ++t)
+    for (int i = 0; i < Layer::kNumInputs; ++i) {
+      const float *row = Token{args, t, head}.input(i);
+      for (int64_t x = 0; x < Layer::inputSize(i); x += kLineFloats)
+        __builtin_prefetch(row + x);
+    }
+}
+
 /// The chunkwise forward of one sequence and head (docs/design.md), for a
-/// layer without a value-side decay.
+/// layer without an erase under a value-side decay.
 template <typename Layer, typename Token, typename State, typename Operands>
 void chunkSequenceByProducts(const linac_cpu_forward_args &args, int64_t seq,
                              int64_t head, State &state, float scale) {
@@ -72,6 +87,10 @@ void chunkSequenceByProducts(const linac_cpu_forward_args &args, int64_t seq,
       }
       std::copy(ops.u.x.begin(), ops.u.x.end(), u.begin() + t * U);
     }
+    // The next chunk's inputs arrive while this one's products run.
+    prefetchInputs<Layer, Token>(
+        args, start + C, std::min(start + 2 * C, args.cu_seqlens[seq + 1]),
+        head);
     chunkForward(chunk, state.s.data(), out.data());
     for (int t = 0; t < L; ++t) {
       Vec<U> raw;

@@ -67,7 +67,7 @@ TEST_P(CpuNumerics, AnyThreadCount) {
     c.heads = 4;
     c.initialState = true;
     c.threads = threads;
-    check(GetParam(), {32, 32}, c);
+    check(GetParam(), {64, 64}, c);
   }
 }
 

@@ -19,14 +19,13 @@
 #include "linac/contract.h"
 #include "linac/cpu/abi.h"
 #include "linac/cpu/chunk.h"
+#include "linac/cpu/threads.h"
 #include "linac/cpu/vec.h"
 #include "linac/gates.h"
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
-#include <thread>
 #include <vector>
 
 namespace linac::cpu {
@@ -332,26 +331,6 @@ void pairwiseChunkSequence(
         state.at(d, j) = float(row[j]);
     }
   }
-}
-
-/// Runs body(seq, head) for every sequence and head on `threads` workers
-/// (the caller's among them); each pair writes only its own outputs and
-/// state.
-template <typename Body>
-void forEachHead(int64_t sequences, int64_t heads, int32_t threads, Body body) {
-  int64_t total = sequences * heads;
-  int64_t workers = std::min<int64_t>(std::max(threads, 1), total);
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t i = next++; i < total; i = next++)
-      body(i / heads, i % heads);
-  };
-  std::vector<std::thread> pool;
-  for (int64_t w = 1; w < workers; ++w)
-    pool.emplace_back(work);
-  work();
-  for (std::thread &thread : pool)
-    thread.join();
 }
 
 /// Decode: each sequence's few new tokens from and back to its pool slot.

@@ -2,11 +2,12 @@
 
 #include "linac/bench.h"
 
+#include "bench_json.h"
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -132,26 +133,11 @@ Timing timeRuns(int reps, const std::function<void()> &body) {
   return timing;
 }
 
-/// `count` random values in `dtype`, uploaded: normal(0, 1), or uniform in
-/// [0.1, 0.9] for parameters. Drawn from a pool of 2^22 values at a random
-/// offset, since drawing billions one by one would dominate the run.
+/// `count` random values in `dtype` (randomValues), uploaded.
 std::unique_ptr<DeviceBuffer> randomTensor(size_t count, DType dtype,
                                            bool uniform, std::mt19937 &rng) {
-  constexpr size_t kPool = size_t(1) << 22;
-  static const std::vector<float> normals = [] {
-    std::mt19937 poolRng(std::random_device{}());
-    std::normal_distribution<float> normal;
-    std::vector<float> pool(kPool);
-    for (float &x : pool)
-      x = normal(poolRng);
-    return pool;
-  }();
-  std::uniform_real_distribution<float> unit(0.1f, 0.9f);
-  size_t offset = rng() % kPool;
-  std::vector<float> values(count);
-  for (size_t i = 0; i < count; ++i)
-    values[i] = uniform ? unit(rng) : normals[(i + offset) & (kPool - 1)];
-  return std::make_unique<DeviceBuffer>(encodeAs(values, dtype));
+  return std::make_unique<DeviceBuffer>(
+      encodeAs(randomValues(count, uniform, rng), dtype));
 }
 
 double gemmFlopsPerSecond(int reps) {
@@ -334,12 +320,7 @@ std::string jsonLine(const Package &package, const char *mode, Shape shape,
   nlohmann::json line = {
       {"variant", package.layer()},
       {"mode", mode},
-      {"shape",
-       {{"B", shape.batch},
-        {"T", shape.tokens},
-        {"H", shape.heads},
-        {"K", package.keyDim()},
-        {"V", package.valueDim()}}},
+      {"shape", shapeJson(package, shape)},
       {"dtype", dtypeName(dtype)},
       {"kernel", result.kernel},
       {"ms", result.milliseconds},

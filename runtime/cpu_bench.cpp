@@ -2,9 +2,9 @@
 
 #include "linac/cpu_bench.h"
 
+#include "bench_json.h"
 #include "cpu_gemms.h"
 
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -29,27 +29,6 @@ double secondsOf(const std::function<void()> &body) {
   Clock::time_point start = Clock::now();
   body();
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-/// Normal(0, 1) floats, or uniform in [0.1, 0.9] for parameters, as the
-/// GPU bench draws them: normals from a pool of 2^20 at a random offset,
-/// since drawing each would take longer than the pass.
-std::vector<float> randomFloats(size_t count, bool uniform, std::mt19937 &rng) {
-  constexpr size_t kPool = size_t(1) << 20;
-  static const std::vector<float> normals = [] {
-    std::mt19937 poolRng(std::random_device{}());
-    std::normal_distribution<float> normal;
-    std::vector<float> pool(kPool);
-    for (float &x : pool)
-      x = normal(poolRng);
-    return pool;
-  }();
-  std::vector<float> values(count);
-  std::uniform_real_distribution<float> unit(0.1f, 0.9f);
-  size_t offset = rng() % kPool;
-  for (size_t i = 0; i < count; ++i)
-    values[i] = uniform ? unit(rng) : normals[(i + offset) & (kPool - 1)];
-  return values;
 }
 
 } // namespace
@@ -78,8 +57,8 @@ CpuGemm measureCpuGemm(int threads, int reps) {
   std::mt19937 rng(1);
   std::vector<std::vector<float>> a, b, c;
   for (int t = 0; t < result.threads; ++t) {
-    a.push_back(randomFloats(size_t(n) * n, false, rng));
-    b.push_back(randomFloats(size_t(n) * n, false, rng));
+    a.push_back(randomValues(size_t(n) * n, false, rng));
+    b.push_back(randomValues(size_t(n) * n, false, rng));
     c.emplace_back(size_t(n) * n);
   }
   double best = 0;
@@ -116,7 +95,7 @@ Result forwardHost(const Package &package, Shape shape, int threads, int reps) {
       dims.push_back(f);
       count *= size_t(f);
     }
-    storage.push_back(randomFloats(count, param, rng));
+    storage.push_back(randomValues(count, param, rng));
     request.tensors[arg.name] = {storage.back().data(), dims};
   }
   std::vector<float> output(size_t(shape.batch * shape.tokens) * shape.heads *
@@ -149,12 +128,7 @@ std::string cpuJsonLine(const Package &package, Shape shape,
       {"mode", "forward"},
       {"target", "cpu"},
       {"kernel", result.kernel},
-      {"shape",
-       {{"B", shape.batch},
-        {"T", shape.tokens},
-        {"H", shape.heads},
-        {"K", package.keyDim()},
-        {"V", package.valueDim()}}},
+      {"shape", shapeJson(package, shape)},
       {"threads", result.threads},
       {"ms", result.milliseconds},
       {"gflop_per_s", flopsPerSecond * 1e-9},

@@ -12,6 +12,7 @@
 
 #include "linac/package.h"
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,29 @@ Ceilings measureCeilings(int reps = 20);
 struct Shape {
   int64_t batch = 8, tokens = 4096, heads = 16;
 };
+
+/// `count` random inputs as both benches draw them: normal(0, 1), or
+/// uniform in [0.1, 0.9] for parameters. Normals come from a pool of 2^22
+/// at a random offset, since drawing billions one by one would dominate
+/// the run.
+inline std::vector<float> randomValues(size_t count, bool uniform,
+                                       std::mt19937 &rng) {
+  constexpr size_t kPool = size_t(1) << 22;
+  static const std::vector<float> normals = [] {
+    std::mt19937 poolRng(std::random_device{}());
+    std::normal_distribution<float> normal;
+    std::vector<float> pool(kPool);
+    for (float &x : pool)
+      x = normal(poolRng);
+    return pool;
+  }();
+  std::uniform_real_distribution<float> unit(0.1f, 0.9f);
+  size_t offset = rng() % kPool;
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i)
+    values[i] = uniform ? unit(rng) : normals[(i + offset) & (kPool - 1)];
+  return values;
+}
 
 /// docs/performance.md's FLOP count of `package`'s forward pass at `shape`:
 /// the chunkwise algorithm's products, for a recurrent layer the ones it

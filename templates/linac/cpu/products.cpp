@@ -69,6 +69,33 @@ void expOfDifferences(const double *rows, int count, double offset,
   out = out.exp();
 }
 
+/// The log-gates before row `begin` of `gates` (0 before the chunk).
+LogGateRow gatesBefore(const ConstLogGates &gates, int begin) {
+  if (begin == 0)
+    return LogGateRow::Zero(gates.cols());
+  return gates.row(begin - 1);
+}
+
+/// The largest fall of any channel's log-gate over rows [begin, end);
+/// NaN gates make it NaN.
+double largestFall(const ConstLogGates &gates, int begin, int end) {
+  return (gatesBefore(gates, begin) - gates.row(end - 1))
+      .maxCoeff<Eigen::PropagateNaN>();
+}
+
+/// For the blocks of kProductBlock tokens of a chunk's `rows`, in order:
+/// pair(tb, te, sb, se) with each earlier block [sb, se), then
+/// diagonal(tb, te).
+template <typename Pair, typename Diagonal>
+void byBlocks(int rows, Pair pair, Diagonal diagonal) {
+  for (int tb = 0; tb < rows; tb += kProductBlock) {
+    const int te = std::min(rows, tb + kProductBlock);
+    for (int sb = 0; sb < tb; sb += kProductBlock)
+      pair(tb, te, sb, sb + kProductBlock);
+    diagonal(tb, te);
+  }
+}
+
 /// Zeroes the pairs of `out` above the diagonal (and on it when `strict`).
 void mask(Matrix &out, int begin, int end, bool strict) {
   for (int t = begin; t < end; ++t)
@@ -105,23 +132,10 @@ struct BlockedProducts {
         scaledX * scaledY.transpose();
   }
 
-  /// The log-gates before row `begin` (0 before the chunk).
-  LogGateRow before(int begin) const {
-    if (begin == 0)
-      return LogGateRow::Zero(ly.cols());
-    return ly.row(begin - 1);
-  }
-
-  /// The largest fall of any channel's log-gate over rows [begin, end);
-  /// NaN gates make it NaN.
-  double fall(int begin, int end) const {
-    return (before(begin) - ly.row(end - 1)).maxCoeff<Eigen::PropagateNaN>();
-  }
-
   void diagonal(int begin, int end) {
-    if (fall(begin, end) <= 2 * kMaxFactorExponent) {
+    if (largestFall(ly, begin, end) <= 2 * kMaxFactorExponent) {
       throughReference(begin, end, begin, end,
-                       (before(begin) + ly.row(end - 1)) * 0.5);
+                       (gatesBefore(ly, begin) + ly.row(end - 1)) * 0.5);
       mask(out, begin, end, strict);
       return;
     }
@@ -136,13 +150,12 @@ struct BlockedProducts {
 
   void run(int rows) {
     out.setZero();
-    for (int tb = 0; tb < rows; tb += kProductBlock) {
-      const int te = std::min(rows, tb + kProductBlock);
-      for (int sb = 0; sb < tb; sb += kProductBlock)
-        throughReference(tb, te, sb, sb + kProductBlock,
-                         ly.row(sb + kProductBlock - 1));
-      diagonal(tb, te);
-    }
+    byBlocks(
+        rows,
+        [&](int tb, int te, int sb, int se) {
+          throughReference(tb, te, sb, se, ly.row(se - 1));
+        },
+        [&](int begin, int end) { diagonal(begin, end); });
   }
 };
 
@@ -313,20 +326,11 @@ struct ValueDecayedReads {
     reads.middleRows(tb, rows).array() += partial.array() * factors;
   }
 
-  LogGateRow before(int begin) const {
-    if (begin == 0)
-      return LogGateRow::Zero(psi.cols());
-    return psi.row(begin - 1);
-  }
-
-  double fall(int begin, int end) const {
-    return (before(begin) - psi.row(end - 1)).maxCoeff<Eigen::PropagateNaN>();
-  }
-
   void diagonal(int begin, int end) {
-    if (fall(begin, end) <= 2 * kMaxFactorExponent)
+    if (largestFall(psi, begin, end) <= 2 * kMaxFactorExponent)
       return throughReference(begin, end, begin, end,
-                              (before(begin) + psi.row(end - 1)) * 0.5);
+                              (gatesBefore(psi, begin) + psi.row(end - 1)) *
+                                  0.5);
     for (int t = begin; t < end; ++t)
       for (int s = begin; s <= t; ++s)
         reads.row(t).array() +=
@@ -335,13 +339,12 @@ struct ValueDecayedReads {
   }
 
   void run(int rows) {
-    for (int tb = 0; tb < rows; tb += kProductBlock) {
-      const int te = std::min(rows, tb + kProductBlock);
-      for (int sb = 0; sb < tb; sb += kProductBlock)
-        throughReference(tb, te, sb, sb + kProductBlock,
-                         psi.row(sb + kProductBlock - 1));
-      diagonal(tb, te);
-    }
+    byBlocks(
+        rows,
+        [&](int tb, int te, int sb, int se) {
+          throughReference(tb, te, sb, se, psi.row(se - 1));
+        },
+        [&](int begin, int end) { diagonal(begin, end); });
   }
 };
 

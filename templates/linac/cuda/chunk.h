@@ -1401,8 +1401,8 @@ template <typename Layer> constexpr int composeThreads() {
   return LINAC_CUDA_COMPOSE_THREADS;
 }
 
-/// A compose block's shared memory: with an erase, a transition transposed
-/// and its column tile of the state before.
+/// A compose block's shared memory: with an erase, a transition and its
+/// column tile of the state before.
 template <typename Layer> constexpr size_t composeSharedBytes() {
   return size_t(cuda::composeSharedBytes(Layer::K, Layer::kErase));
 }
@@ -1428,11 +1428,18 @@ LINAC_DEVICE void segmentComposeKernel(const linac_cuda_forward_args &args) {
     if constexpr (Layer::kErase) {
       static_assert(W == 32 && LINAC_CUDA_COMPOSE_THREADS == 128,
                     "sixteen groups of rows by eight of four columns");
-      float *transposed = composeShared, *tile = composeShared + K * K;
+      constexpr int TS = composeTransitionStride(K);
+      float *rowsOfT = composeShared,
+            *tile = composeShared + composeTileOffset(K);
       const float *transition = args.segment_transitions + slot * K * K;
-      for (int i = threadIdx.x; i < K * K; i += blockDim.x)
-        transposed[i % K * K + i / K] = transition[i];
-      for (int i = threadIdx.x; i < K * W; i += blockDim.x) {
+      // Copies with their loads unrolled, so that many are in flight: the
+      // walk over segments is sequential, and a load at a time would leave
+      // it waiting on each.
+#pragma unroll 8
+      for (int i = threadIdx.x; i < K * K; i += LINAC_CUDA_COMPOSE_THREADS)
+        rowsOfT[i / K * TS + i % K] = __ldg(transition + i);
+#pragma unroll 8
+      for (int i = threadIdx.x; i < K * W; i += LINAC_CUDA_COMPOSE_THREADS) {
         const int col = firstColumn + i % W;
         tile[i] = col < Columns ? before[i / W * Columns + col] : 0.0f;
       }
@@ -1444,7 +1451,7 @@ LINAC_DEVICE void segmentComposeKernel(const linac_cuda_forward_args &args) {
         const float4 x = *reinterpret_cast<const float4 *>(tile + k * W + cols);
 #pragma unroll
         for (int i = 0; i < Rows; ++i) {
-          const float m = rows + i < K ? transposed[k * K + rows + i] : 0.0f;
+          const float m = rows + i < K ? rowsOfT[(rows + i) * TS + k] : 0.0f;
           acc[i][0] += m * x.x;
           acc[i][1] += m * x.y;
           acc[i][2] += m * x.z;

@@ -200,10 +200,23 @@ LINAC_GEOMETRY int transitionBlocks(int keys, int values, bool erase) {
   return erase ? (keys + paddedDim(values) - 1) / paddedDim(values) : 0;
 }
 
-/// Shared memory of a compose block: with an erase, a transition
-/// transposed and a column tile of the state before it.
+/// Floats between the rows of a transition in a compose block's memory:
+/// one past K, so that the rows a warp reads at one key fall in different
+/// banks.
+LINAC_GEOMETRY int composeTransitionStride(int keys) { return keys + 1; }
+
+/// Where a compose block's column tile starts, in floats: after the
+/// transition, at a multiple of four for its float4 reads.
+LINAC_GEOMETRY int composeTileOffset(int keys) {
+  return (keys * composeTransitionStride(keys) + 3) / 4 * 4;
+}
+
+/// Shared memory of a compose block: with an erase, a transition (rows
+/// composeTransitionStride apart) and a column tile of the state before it.
 LINAC_GEOMETRY int64_t composeSharedBytes(int keys, bool erase) {
-  return erase ? 4 * int64_t(keys) * (keys + LINAC_CUDA_COMPOSE_COLUMNS) : 0;
+  return erase ? 4 * (int64_t(composeTileOffset(keys)) +
+                      int64_t(keys) * LINAC_CUDA_COMPOSE_COLUMNS)
+               : 0;
 }
 
 /// How a decode group of `warps` warps splits a state's K key rows and a

@@ -42,7 +42,7 @@ static std::string productsArchive(StringRef isa) {
 
 /// The flags of an instruction set as the build gives them: one string,
 /// space-separated.
-[[maybe_unused]] static std::vector<std::string> splitFlags(StringRef text) {
+static std::vector<std::string> splitFlags(StringRef text) {
   llvm::SmallVector<StringRef> parts;
   text.split(parts, ' ', -1, /*KeepEmpty=*/false);
   return {parts.begin(), parts.end()};
@@ -74,6 +74,8 @@ std::optional<Toolchain> toolchain::find(StringRef target,
                    include,
                    "-Wl,--version-script=" + templatesDir() +
                        "/linac/cpu/exports.map"};
+    for (std::string &flag : splitFlags(LINAC_CPU_TUNE_FLAGS))
+      tools.flags.push_back(std::move(flag));
     tools.source = "layer.cpp";
     tools.kernel = "layer.so";
     tools.libraries = {productsArchive("baseline")};

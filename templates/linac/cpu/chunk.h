@@ -1,9 +1,10 @@
 //===- chunk.h - the chunkwise forward on the CPU, by matrix products -*- C++ -*-===//
 //
-// The chunkwise algorithm of docs/design.md for layers without a value-side
-// decay: each chunk's operands from the generated prologue, gathered into
-// row-major matrices with their cumulative log-gates, go to chunkForward
-// (products.h) for the products, and its reads to the generated epilogue.
+// The chunkwise algorithm of docs/design.md for layers without an erase
+// under a value-side decay, on a run of a sequence's heads: each chunk's
+// operands, written by the generated prologue into one record a token, go
+// with their cumulative log-gates to chunkForward (products.h) for the
+// products, and its reads to the generated epilogue.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,11 +36,14 @@ void prefetchInputs(const linac_cpu_forward_args &args, int64_t begin,
     }
 }
 
-/// The chunkwise forward of one sequence and head (docs/design.md), for a
-/// layer without an erase under a value-side decay.
+/// The chunkwise forward of one sequence and a run of heads (docs/design.md)
+/// for a layer without an erase under a value-side decay, `states[h]` head
+/// firstHead + h's: chunk by chunk, each head in turn, so that a chunk's
+/// input rows (a token's heads side by side) are fetched once for all.
 template <typename Layer, typename Token, typename State, typename Operands>
-void chunkSequenceByProducts(const linac_cpu_forward_args &args, int64_t seq,
-                             int64_t head, State &state, float scale) {
+void chunkHeadsByProducts(const linac_cpu_forward_args &args, int64_t seq,
+                          int64_t firstHead, State *states, int heads,
+                          float scale) {
   constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
   constexpr bool N = Layer::kNormalizer;
   constexpr int U = V + (N ? 1 : 0);
@@ -48,57 +52,74 @@ void chunkSequenceByProducts(const linac_cpu_forward_args &args, int64_t seq,
 
   // A uniform gate's log-gates are one a token.
   constexpr int G = Layer::kUniformKeyGate ? 1 : K;
-  std::vector<float> q(C * K), k(C * K), e(C * K), u(C * U), out(C * U);
+  // The prologue writes each token's operands into its record, whose q, k,
+  // e and u rows the products read in place; the reads come back as rows
+  // the epilogue takes as they are.
+  static_assert(sizeof(Operands) % sizeof(float) == 0 &&
+                    sizeof(Vec<U>) == U * sizeof(float),
+                "records and reads are whole floats");
+  std::vector<Operands> records(C);
+  std::vector<Vec<U>> reads(C);
   std::vector<double> lam(C * G), lamQ(C * G);
   // A value-side decay's log-gates, one a column (none in a normaliser's).
   constexpr int P = Layer::kValueDecay ? U : 0;
   std::vector<double> psi(C * P, 0.0), psiQ(C * P, 0.0);
-  const Chunk chunk{C,       K,        U,        Layer::kErase,
-                    Layer::kReadBefore, Layer::kUniformKeyGate,
-                    q.data(), k.data(), e.data(), u.data(),
-                    lam.data(), lamQ.data(),
-                    P ? psi.data() : nullptr, P ? psiQ.data() : nullptr};
-  Operands ops;
+  const Operands &first = records.front();
+  const Chunk chunk{C,
+                    K,
+                    U,
+                    Layer::kErase,
+                    Layer::kReadBefore,
+                    Layer::kUniformKeyGate,
+                    scale,
+                    int(sizeof(Operands) / sizeof(float)),
+                    first.q.x.data(),
+                    first.k.x.data(),
+                    first.e.x.data(),
+                    first.u.x.data(),
+                    lam.data(),
+                    lamQ.data(),
+                    P ? psi.data() : nullptr,
+                    P ? psiQ.data() : nullptr};
 
-  for (int64_t start = args.cu_seqlens[seq]; start < args.cu_seqlens[seq + 1];
-       start += C) {
-    const int L = int(std::min<int64_t>(C, args.cu_seqlens[seq + 1] - start));
-    for (int t = 0; t < C; ++t) {
-      // A short last chunk: rows of zeros, whose gates stay where they
-      // were, change no product.
-      if (t < L)
-        Layer::prologue(Token{args, start + t, head}, ops);
+  const int64_t end = args.cu_seqlens[seq + 1];
+  for (int64_t start = args.cu_seqlens[seq]; start < end; start += C) {
+    const int L = int(std::min<int64_t>(C, end - start));
+    for (int h = 0; h < heads; ++h) {
+      const int64_t head = firstHead + h;
+      for (int t = 0; t < C; ++t) {
+        Operands &ops = records[t];
+        // A short last chunk: rows of zeros, whose gates stay where they
+        // were, change no product.
+        if (t < L)
+          Layer::prologue(Token{args, start + t, head}, ops);
+        else
+          ops = Operands{};
+        for (int d = 0; d < G; ++d) {
+          const double before = t ? lam[(t - 1) * G + d] : 0.0;
+          lam[t * G + d] = before + floorLogGate(ops.gk[d]);
+          lamQ[t * G + d] = Layer::kReadBefore ? before : lam[t * G + d];
+        }
+        for (int j = 0; j < P && j < V; ++j) {
+          const double before = t ? psi[(t - 1) * P + j] : 0.0;
+          psi[t * P + j] = before + floorLogGate(ops.gv[j]);
+          psiQ[t * P + j] = Layer::kReadBefore ? before : psi[t * P + j];
+        }
+      }
+      // The next head's inputs (the next chunk's after the last head)
+      // arrive while this one's products run.
+      if (h + 1 < heads)
+        prefetchInputs<Layer, Token>(args, start, start + L, head + 1);
       else
-        ops = Operands{};
-      for (int d = 0; d < K; ++d) {
-        q[t * K + d] = ops.q[d] * scale;
-        k[t * K + d] = ops.k[d];
-        e[t * K + d] = ops.e[d];
+        prefetchInputs<Layer, Token>(args, start + C,
+                                     std::min(start + 2 * C, end), firstHead);
+      chunkForward(chunk, states[h].s.data(), reads.front().x.data());
+      for (int t = 0; t < L; ++t) {
+        const int64_t token = start + t;
+        Layer::epilogue(Token{args, token, head},
+                        State::template normalize<V, N>(reads[t]),
+                        args.output + (token * args.num_heads + head) * V);
       }
-      for (int d = 0; d < G; ++d) {
-        const double before = t ? lam[(t - 1) * G + d] : 0.0;
-        lam[t * G + d] = before + floorLogGate(ops.gk[d]);
-        lamQ[t * G + d] = Layer::kReadBefore ? before : lam[t * G + d];
-      }
-      for (int j = 0; j < P && j < V; ++j) {
-        const double before = t ? psi[(t - 1) * P + j] : 0.0;
-        psi[t * P + j] = before + floorLogGate(ops.gv[j]);
-        psiQ[t * P + j] = Layer::kReadBefore ? before : psi[t * P + j];
-      }
-      std::copy(ops.u.x.begin(), ops.u.x.end(), u.begin() + t * U);
-    }
-    // The next chunk's inputs arrive while this one's products run.
-    prefetchInputs<Layer, Token>(
-        args, start + C, std::min(start + 2 * C, args.cu_seqlens[seq + 1]),
-        head);
-    chunkForward(chunk, state.s.data(), out.data());
-    for (int t = 0; t < L; ++t) {
-      Vec<U> raw;
-      std::copy(out.begin() + t * U, out.begin() + (t + 1) * U, raw.x.begin());
-      const int64_t token = start + t;
-      Layer::epilogue(Token{args, token, head},
-                      State::template normalize<V, N>(raw),
-                      args.output + (token * args.num_heads + head) * V);
     }
   }
 }

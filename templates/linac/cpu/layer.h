@@ -336,49 +336,63 @@ void pairwiseChunkSequence(
 /// Decode: each sequence's few new tokens from and back to its pool slot.
 template <typename Layer> int decode(const linac_cpu_decode_args &args) {
   constexpr int K = Layer::K, V = Layer::V;
-  forEachHead(args.num_seqs, args.num_heads, args.threads,
-              [&](int64_t seq, int64_t head) {
-                int64_t slot = args.state_indices[seq];
-                if (slot < 0)
-                  return;
-                State<K, V, Layer::kNormalizer> state;
-                float *pooled =
-                    args.state_pool +
-                    size_t(slot * args.num_heads + head) * state.kSize;
-                state.load(pooled);
-                stepThrough<Layer>(args, seq * args.tokens,
-                                   (seq + 1) * args.tokens, head, state);
-                state.store(pooled);
-              });
+  forEachHeadRun(
+      nullptr, args.num_seqs, args.num_heads, args.threads,
+      [&](int64_t seq, int64_t firstHead, int64_t endHead) {
+        const int64_t slot = args.state_indices[seq];
+        if (slot < 0)
+          return;
+        for (int64_t head = firstHead; head < endHead; ++head) {
+          State<K, V, Layer::kNormalizer> state;
+          float *pooled = args.state_pool +
+                          size_t(slot * args.num_heads + head) * state.kSize;
+          state.load(pooled);
+          stepThrough<Layer>(args, seq * args.tokens, (seq + 1) * args.tokens,
+                             head, state);
+          state.store(pooled);
+        }
+      });
   return 0;
 }
 
 /// Each sequence and head from its initial state (zeros without one) to its
 /// final state: the recurrent scan (the step, token by token), the pairwise
 /// chunkwise algorithm for an erase under a value-side decay, or the
-/// chunkwise algorithm by matrix products (chunk.h).
+/// chunkwise algorithm by matrix products (chunk.h) on a run of heads.
 template <typename Layer> int forward(const linac_cpu_forward_args &args) {
   constexpr int K = Layer::K, V = Layer::V;
   constexpr bool N = Layer::kNormalizer;
-  forEachHead(args.num_seqs, args.num_heads, args.threads,
-              [&](int64_t seq, int64_t head) {
-                State<K, V, N> state;
-                size_t stateOffset =
-                    size_t(seq * args.num_heads + head) * state.kSize;
-                if (args.initial_state)
-                  state.load(args.initial_state + stateOffset);
-                if constexpr (Layer::kRecurrent)
-                  stepThrough<Layer>(args, args.cu_seqlens[seq],
-                                     args.cu_seqlens[seq + 1], head, state);
-                else if constexpr (Layer::kValueDecay && Layer::kErase)
-                  pairwiseChunkSequence<Layer>(args, seq, head, state);
-                else
-                  chunkSequenceByProducts<Layer, Token<Layer>, State<K, V, N>,
-                                          Operands<K, V, N>>(
-                      args, seq, head, state, readScale<Layer>(args));
-                if (args.final_state)
-                  state.store(args.final_state + stateOffset);
-              });
+  using HeadState = State<K, V, N>;
+  auto stateOffset = [&](int64_t seq, int64_t head) {
+    return size_t(seq * args.num_heads + head) * HeadState::kSize;
+  };
+  forEachHeadRun(
+      args.cu_seqlens, args.num_seqs, args.num_heads, args.threads,
+      [&](int64_t seq, int64_t firstHead, int64_t endHead) {
+        std::vector<HeadState> states(size_t(endHead - firstHead));
+        for (int64_t head = firstHead; head < endHead; ++head)
+          if (args.initial_state)
+            states[head - firstHead].load(args.initial_state +
+                                          stateOffset(seq, head));
+        for (int64_t head = firstHead; head < endHead; ++head) {
+          HeadState &state = states[head - firstHead];
+          if constexpr (Layer::kRecurrent)
+            stepThrough<Layer>(args, args.cu_seqlens[seq],
+                               args.cu_seqlens[seq + 1], head, state);
+          else if constexpr (Layer::kValueDecay && Layer::kErase)
+            pairwiseChunkSequence<Layer>(args, seq, head, state);
+        }
+        if constexpr (!Layer::kRecurrent &&
+                      !(Layer::kValueDecay && Layer::kErase))
+          chunkHeadsByProducts<Layer, Token<Layer>, HeadState,
+                               Operands<K, V, N>>(
+              args, seq, firstHead, states.data(), int(endHead - firstHead),
+              readScale<Layer>(args));
+        if (args.final_state)
+          for (int64_t head = firstHead; head < endHead; ++head)
+            states[head - firstHead].store(args.final_state +
+                                           stateOffset(seq, head));
+      });
   return 0;
 }
 

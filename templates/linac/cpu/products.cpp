@@ -30,7 +30,8 @@ namespace {
 
 using Matrix =
     Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMatrix = Eigen::Map<const Matrix>;
+/// A chunk's operand: rows Chunk::rowStride floats apart.
+using Operand = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
 using Factors =
     Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using RowFactors = Eigen::Array<float, 1, Eigen::Dynamic>;
@@ -110,7 +111,7 @@ void mask(Matrix &out, int begin, int end, bool strict) {
 /// the end of the earlier one (both factors at most 1), a diagonal block
 /// through its own midpoint, or pair by pair when it alone falls that far.
 struct BlockedProducts {
-  const ConstMatrix &x, &y;
+  const Operand &x, &y;
   const ConstLogGates &lx, &ly;
   bool strict;
   Matrix &out;
@@ -195,7 +196,9 @@ struct GatedChunk {
 /// A gate the same on every channel: one factor a token (and a pair).
 void uniformGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
   const int C = chunk.rows, K = chunk.keys;
-  ConstMatrix q(chunk.q, C, K), k(chunk.k, C, K), e(chunk.e, C, K);
+  const Eigen::OuterStride<> stride(chunk.rowStride);
+  const Operand q(chunk.q, C, K, stride), k(chunk.k, C, K, stride),
+      e(chunk.e, C, K, stride);
   const double *lam = chunk.lam, *lamQ = chunk.lamQ;
   const double end = lam[C - 1];
   ColumnFactors &fq = scratch.query, &fe = scratch.erase, &fk = scratch.key;
@@ -205,6 +208,7 @@ void uniformGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
     // kMaxFactorExponent, so the factors go into the operands.
     const double mid = end / 2;
     expOfDifferences(lamQ, C, mid, 1.0, fq);
+    fq *= chunk.scale;
     expOfDifferences(lam, C, mid, -1.0, fk);
     out.gatedQ = fq.matrix().asDiagonal() * q;
     out.gatedK = fk.matrix().asDiagonal() * k;
@@ -215,28 +219,32 @@ void uniformGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
       out.gatedE = fe.matrix().asDiagonal() * e;
       out.a.noalias() = out.gatedE * out.gatedK.transpose();
       mask(out.a, 0, C, true);
-      out.gatedE *= float(std::exp(mid));
+      if (mid != 0)
+        out.gatedE *= float(std::exp(mid));
     }
-    out.gatedQ *= float(std::exp(mid));
-    out.gatedK *= float(std::exp(end - mid));
+    // Ungated, the factors are all 1.
+    if (mid != 0) {
+      out.gatedQ *= float(std::exp(mid));
+      out.gatedK *= float(std::exp(end - mid));
+    }
   } else {
     // e^(lambda_t - lambda_s) for each kept pair, after the product.
     Factors &pairs = scratch.factors;
     pairs.resize(C, C);
-    auto gatedPairs = [&](const ConstMatrix &x, const double *lx, bool strict,
-                          Matrix &product) {
+    auto gatedPairs = [&](const Operand &x, const double *lx, bool strict,
+                          float factor, Matrix &product) {
       product.noalias() = x * k.transpose();
       for (int t = 0; t < C; ++t)
         for (int s = 0; s < C; ++s)
           pairs(t, s) = (strict ? s < t : s <= t) ? float(lx[t] - lam[s])
                                                   : -INFINITY;
-      pairs = pairs.exp();
-      product.array() *= pairs;
+      product.array() *= pairs.exp() * factor;
     };
-    gatedPairs(q, lamQ, chunk.readBefore, out.p);
+    gatedPairs(q, lamQ, chunk.readBefore, chunk.scale, out.p);
     if (chunk.erase)
-      gatedPairs(e, lam, true, out.a);
+      gatedPairs(e, lam, true, 1.0f, out.a);
     expOfDifferences(lamQ, C, 0.0, 1.0, fq);
+    fq *= chunk.scale;
     expOfDifferences(lam, C, end, -1.0, fk);
     out.gatedQ = fq.matrix().asDiagonal() * q;
     out.gatedK = fk.matrix().asDiagonal() * k;
@@ -251,7 +259,9 @@ void uniformGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
 /// A gate of its own on every key channel.
 void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
   const int C = chunk.rows, K = chunk.keys;
-  ConstMatrix q(chunk.q, C, K), k(chunk.k, C, K), e(chunk.e, C, K);
+  const Eigen::OuterStride<> stride(chunk.rowStride);
+  const Operand q(chunk.q, C, K, stride), k(chunk.k, C, K, stride),
+      e(chunk.e, C, K, stride);
   ConstLogGates lam(chunk.lam, C, K), lamQ(chunk.lamQ, C, K);
   const LogGateRow end = lam.row(C - 1);
   Factors &factors = scratch.factors;
@@ -268,7 +278,7 @@ void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
       out.gatedE = e.array() * factors;
     if (chunk.readBefore)
       expOfDifferences(lamQ, mid, 1.0, factors);
-    out.gatedQ = q.array() * factors;
+    out.gatedQ = q.array() * factors * chunk.scale;
     out.p.noalias() = out.gatedQ * out.gatedK.transpose();
     mask(out.p, 0, C, chunk.readBefore);
     const RowFactors toMid = mid.cast<float>().exp();
@@ -283,6 +293,7 @@ void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
     BlockedProducts{q,         k,     lamQ,           lam, chunk.readBefore,
                     out.p,     factors, scratch.scaledX, scratch.scaledY}
         .run(C);
+    out.p *= chunk.scale;
     if (chunk.erase) {
       BlockedProducts{e,     k,       lam,             lam, true,
                       out.a, factors, scratch.scaledX, scratch.scaledY}
@@ -291,7 +302,7 @@ void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
       out.gatedE = e.array() * factors;
     }
     expOfDifferences(lamQ, LogGateRow::Zero(K), 1.0, factors);
-    out.gatedQ = q.array() * factors;
+    out.gatedQ = q.array() * factors * chunk.scale;
     expOfDifferences(lam, end, -1.0, factors);
     out.gatedK = k.array() * factors;
   }
@@ -304,7 +315,7 @@ void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
 /// BlockedProducts takes the key side.
 struct ValueDecayedReads {
   const Matrix &p;
-  const ConstMatrix &u;
+  const Operand &u;
   const ConstLogGates &psi, &psiQ;
   Eigen::Map<Matrix> &reads;
   Factors &factors;
@@ -363,7 +374,7 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
   else
     keyGates(chunk, scratch, gated);
 
-  ConstMatrix u(chunk.u, C, U);
+  const Operand u(chunk.u, C, U, Eigen::OuterStride<>(chunk.rowStride));
   Eigen::Map<Matrix> S(state, K, U), reads(out, C, U);
   Matrix &delta = scratch.delta;
   delta = u;

@@ -18,9 +18,12 @@ struct Chunk {
   bool erase, readBefore;
   /// Every key channel's log-gates are the same (no gate, fixed or scalar).
   bool uniformGate;
-  const float *q;       ///< [C, K], the read's scale applied
-  const float *k, *e;   ///< [C, K]
-  const float *u;       ///< [C, U]
+  float scale; ///< the read's
+  /// Floats from a token's row of q, k, e or u to the next token's: the
+  /// four are rows of one record a token, as the prologue writes them.
+  int rowStride;
+  const float *q, *k, *e; ///< [C, K]
+  const float *u;         ///< [C, U]
   /// Cumulative log-gates from the chunk's start, [C] for a uniform gate
   /// and [C, K] otherwise, and the ones the query sees (a token back when
   /// reading before the write).

@@ -12,22 +12,27 @@
 
 namespace linac::cpu {
 
-using PairBody = void (*)(void *context, int64_t seq, int64_t head);
+using HeadsBody = void (*)(void *context, int64_t seq, int64_t firstHead,
+                           int64_t endHead);
 
-/// Calls body(context, seq, head) for every sequence and head on `threads`
-/// workers (the caller's thread among them), each pair once, in no fixed
-/// order; each pair must write only its own outputs and state.
-void forEachPair(int64_t sequences, int64_t heads, int32_t threads,
-                 PairBody body, void *context);
+/// Calls body(context, seq, firstHead, endHead) on `threads` workers (the
+/// caller's thread among them) for runs of heads that together cover every
+/// sequence and head once, in no fixed order; each call must write only
+/// its own heads' outputs and states. A sequence's heads are split into as
+/// few runs as keep every worker busy, weighed by the sequences' lengths
+/// (`offsets`, sequences + 1 of them; null when all are equally long): a
+/// run walks its heads' rows of a token together, which share pages.
+void forEachHeadRun(const int64_t *offsets, int64_t sequences, int64_t heads,
+                    int32_t threads, HeadsBody body, void *context);
 
-/// forEachPair with a callable body(seq, head).
+/// forEachHeadRun with a callable body(seq, firstHead, endHead).
 template <typename Body>
-void forEachHead(int64_t sequences, int64_t heads, int32_t threads,
-                 Body body) {
-  forEachPair(
-      sequences, heads, threads,
-      [](void *context, int64_t seq, int64_t head) {
-        (*static_cast<Body *>(context))(seq, head);
+void forEachHeadRun(const int64_t *offsets, int64_t sequences, int64_t heads,
+                    int32_t threads, Body body) {
+  forEachHeadRun(
+      offsets, sequences, heads, threads,
+      [](void *context, int64_t seq, int64_t firstHead, int64_t endHead) {
+        (*static_cast<Body *>(context))(seq, firstHead, endHead);
       },
       &body);
 }

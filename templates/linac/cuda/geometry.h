@@ -145,23 +145,25 @@ enum class PipelineBlock { Pipelined, Prepare, State };
 /// their rows: the buffers of prepared operands (two, or one in a
 /// preparing block), then the preparing warps' own memory, the state
 /// warps' reads and a phased state block's two bulk-copy barriers. A
-/// buffer's image is what a phased preparing block stores for each chunk.
+/// buffer's image is what a phased preparing block stores for each chunk;
+/// its operands are in the order a state block needs them, so that a
+/// block copies a prefix: to `u` for a transition, to `q` for a state
+/// without reads, the whole image with them.
 struct PipelineMap {
   int C, K, V, KS, VS, PS, AS, OS, IS;
-  int64_t q, k, w, u, p, lambda, decay, bufferBytes, a, inverses, scratch, o,
+  int64_t lambda, decay, k, w, u, q, p, bufferBytes, a, inverses, scratch, o,
       barriers, bytes;
 
   LINAC_GEOMETRY PipelineMap(int keys, int values,
                              PipelineBlock block = PipelineBlock::Pipelined)
       : C(kChunkSize), K(keys), V(values), KS(K + 8), VS(V + 8), PS(C + 8),
-        AS(C + 4), OS(V + 4), IS(20), q(0), k(q + 2 * C * KS),
-        w(k + 2 * C * KS), u(w + 2 * C * KS), p(u + 2 * C * VS),
-        lambda(p + 2 * C * PS), decay(lambda + 4 * C),
-        bufferBytes(decay + 16),
-        // bf16 C x KS: q, k, w; C x VS: u; C x PS: P; C log-gates and one
-        // float; then fp32 T (C x AS), the diagonal blocks' inverses (C x
-        // IS), a 16 x 8 tile a preparing warp, the reads (C x OS) and two
-        // mbarriers.
+        AS(C + 4), OS(V + 4), IS(20), lambda(0), decay(lambda + 4 * C),
+        k(decay + 16), w(k + 2 * C * KS), u(w + 2 * C * KS),
+        q(u + 2 * C * VS), p(q + 2 * C * KS), bufferBytes(p + 2 * C * PS),
+        // C log-gates and one float; bf16 C x KS: k, w; C x VS: u; C x KS:
+        // q; C x PS: P; then fp32 T (C x AS), the diagonal blocks' inverses
+        // (C x IS), a 16 x 8 tile a preparing warp, the reads (C x OS) and
+        // two mbarriers.
         a((block == PipelineBlock::Prepare ? 1 : 2) * bufferBytes),
         inverses(a + (block != PipelineBlock::State ? 4 * C * AS : 0)),
         scratch(inverses + (block != PipelineBlock::State ? 4 * C * IS : 0)),
@@ -170,6 +172,12 @@ struct PipelineMap {
                          : 0)),
         barriers(o + (block != PipelineBlock::Prepare ? 4 * C * OS : 0)),
         bytes(barriers + (block == PipelineBlock::State ? 16 : 0)) {}
+
+  /// Bytes of a buffer's image a state block reads: with `values` (not a
+  /// transition's identity) U', with `reads` Q and P too.
+  LINAC_GEOMETRY int64_t imageBytes(bool values, bool reads) const {
+    return reads ? bufferBytes : values ? q : u;
+  }
 };
 
 /// Threads of either phased block: one group of warps.

@@ -28,6 +28,8 @@ namespace linac::cuda {
 
 /// Blocks of the preparing phase a multiprocessor runs at once.
 inline constexpr int kPrepareBlocksPerMultiprocessor = 2;
+/// Tokens a preparing warp runs the generated prologue on at once.
+inline constexpr int kPrologueTokens = 2;
 
 template <typename Layer> constexpr size_t phasedSharedBytes() {
   return size_t(PipelineMap(Layer::K, Layer::V, PipelineBlock::State).bytes);
@@ -97,26 +99,48 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
   const int length = end - start < C ? int(end - start) : C;
   prefetchInputs<Layer, T>(args, start, length, head, threadIdx.x, 32 * Warps);
 
-  // The generated prologue, a warp a token, each warp's next token's
-  // inputs loaded while it runs this one's.
+  // The generated prologue, a warp kPrologueTokens tokens at once (their
+  // latency chains interleave), each warp's next tokens' inputs loaded
+  // while it runs these. Tokens past the chunk's end run on zero inputs and
+  // store zero operands: no branch splits the tokens' code.
   const typename Layout::Buffer buffer{0};
   const int warp = threadIdx.x / 32;
   using Unstaged = UnstagedLayer<Layer>;
+  using Inputs = TokenInputs<Unstaged, T>;
+  constexpr int Tokens = kPrologueTokens;
+  static_assert(C % (Tokens * Warps) == 0, "whole rounds of tokens");
   const HeadInputs<Unstaged, T> inputs(args, start, head);
-  TokenInputs<Unstaged, T> next;
-  if (warp < length)
-    next.load(inputs.at(warp));
-  for (int i = warp; i < C; i += Warps) {
-    ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops =
-        noOperands<Layer>();
-    if (i < length) {
-      const TokenInputs<Unstaged, T> current = next;
-      if (i + Warps < length)
-        next.load(inputs.at(i + Warps));
-      Layer::Chunk::prologue(
-          RegisterToken<Unstaged, T>{{args, start + i, head}, current}, ops);
+  auto loadToken = [&](Inputs &to, int i) {
+    if (i < length)
+      to.load(inputs.at(i));
+    else
+      to = Inputs{};
+  };
+  Inputs next[Tokens];
+#pragma unroll
+  for (int j = 0; j < Tokens; ++j)
+    loadToken(next[j], warp + j * Warps);
+  for (int i = warp; i < C; i += Tokens * Warps) {
+    Inputs current[Tokens];
+#pragma unroll
+    for (int j = 0; j < Tokens; ++j) {
+      current[j] = next[j];
+      loadToken(next[j], i + (Tokens + j) * Warps);
     }
-    storeOperands<Layer, Layout>(buffer, i, ops);
+    ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops[Tokens];
+#pragma unroll
+    for (int j = 0; j < Tokens; ++j) {
+      ops[j] = noOperands<Layer>();
+      Layer::Chunk::prologue(
+          RegisterToken<Unstaged, T>{{args, start + i + j * Warps, head},
+                                     current[j]},
+          ops[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < Tokens; ++j)
+      storeOperands<Layer, Layout>(
+          buffer, i + j * Warps,
+          i + j * Warps < length ? ops[j] : noOperands<Layer>());
   }
   __syncthreads();
   prepareBuffer<Layer, Layout>(buffer, warp, threadIdx.x,
@@ -125,7 +149,7 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
   fenceSharedForBulkCopies();
   __syncthreads();
   if (threadIdx.x == 0) {
-    bulkStore(preparedBuffer<Layer>(args, slot, head), buffer.q(),
+    bulkStore(preparedBuffer<Layer>(args, slot, head), buffer.image(),
               unsigned(Layout::kMap.bufferBytes));
     commitBulkStores();
     // The store needs the buffer until it has read it; the writes to
@@ -142,7 +166,10 @@ LINAC_DEVICE void phasedChunks(const linac_cuda_forward_args &args,
   checkPhased<Layer>();
   using Layout = PipelineLayout<Layer, PipelineBlock::State>;
   constexpr int C = Layout::C, Warps = kPipelineGroupWarps;
-  constexpr unsigned kBufferBytes = unsigned(Layout::kMap.bufferBytes);
+  // The part of each chunk's image this block's steps read.
+  constexpr PipelineMap kMap = Layout::kMap;
+  const unsigned imageBytes =
+      unsigned(kMap.imageBytes(work.identityFrom < 0, work.reads));
   const int64_t chunks = (work.end - work.begin + C - 1) / C;
   int64_t seqBegin = 0, seqEnd = 0;
   sequenceBounds(args, work.seq, seqBegin, seqEnd);
@@ -152,9 +179,10 @@ LINAC_DEVICE void phasedChunks(const linac_cuda_forward_args &args,
   // Chunk c's buffer into buffer c % 2, by thread 0.
   auto load = [&](int64_t c) {
     const typename Layout::Buffer buffer{int(c % 2)};
-    arriveExpecting(&barriers[c % 2], kBufferBytes);
-    bulkCopy(buffer.q(), preparedBuffer<Layer>(args, firstSlot + c, work.head),
-             kBufferBytes, &barriers[c % 2], readOncePolicy());
+    arriveExpecting(&barriers[c % 2], imageBytes);
+    bulkCopy(buffer.image(),
+             preparedBuffer<Layer>(args, firstSlot + c, work.head), imageBytes,
+             &barriers[c % 2], readOncePolicy());
   };
   if (threadIdx.x == 0) {
     initBarrier(&barriers[0]);

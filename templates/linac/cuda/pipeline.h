@@ -48,11 +48,12 @@ struct PipelineLayout {
   template <typename E> LINAC_DEVICE static E *at(int64_t offset) {
     return reinterpret_cast<E *>(pipelineShared + offset);
   }
-  /// Buffer b: q, then Q (.) Gamma scale; k, then K (.) Gamma_C / Gamma;
-  /// e, then W; u, then U'; P; the log-gates, then their cumulative sums;
-  /// the chunk's total decay Gamma_C.
+  /// Buffer b: the log-gates, then their cumulative sums; the chunk's
+  /// total decay Gamma_C; k, then K (.) Gamma_C / Gamma; e, then W; u, then
+  /// U'; q, then Q (.) Gamma scale; P.
   struct Buffer {
     int b;
+    LINAC_DEVICE char *image() const { return at<char>(base()); }
     LINAC_DEVICE __nv_bfloat16 *q() const { return at<__nv_bfloat16>(base() + kMap.q); }
     LINAC_DEVICE __nv_bfloat16 *k() const { return at<__nv_bfloat16>(base() + kMap.k); }
     LINAC_DEVICE __nv_bfloat16 *w() const { return at<__nv_bfloat16>(base() + kMap.w); }
@@ -352,71 +353,97 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
   }
   prepared();
 
-  // 4. T = (I + A)^-1 in place of A, in fp32: the inverses T_tt of the
-  // diagonal blocks (a half-warp a column, forward substitution down the
-  // rows), then each row of blocks t in turn, T_ts = -T_tt sum_{s <= m <
-  // t} A_tm T_ms, a warp a column tile of 8.
+  // 4. T = (I + A)^-1 in place of A, in fp32. The inverses T_bb of the
+  // four 16 x 16 diagonal blocks by forward substitution, a half-warp a
+  // column, each warp the same two columns of every block with the four
+  // substitutions interleaved (each waits on a shuffle a row); then T_10
+  // and T_32 from them, and the lower-left 32 x 32 block from the two
+  // triangles beside it: -T_hi (A_lo T_lo).
   constexpr int Rows = 16, Blocks = C / Rows;
-  for (int job = p; job < Blocks * Rows / 2; job += GroupWarps) {
-    const int b = job / (Rows / 2), column = job % (Rows / 2) * 2 +
-                                             laneId() / 16;
-    const int i = laneId() % 16;
-    const float *row = Layout::a() + (b * Rows + i) * AS + b * Rows;
-    float x = i == column ? 1.0f : 0.0f;
+  static_assert(Blocks == 4 && Rows / 2 == GroupWarps,
+                "a warp takes two columns of each of four diagonal blocks");
+  const int g = laneId() >> 2, pair = (laneId() & 3) * 2;
+  {
+    const int column = 2 * p + laneId() / 16, i = laneId() % 16;
+    float x[Blocks];
 #pragma unroll
-    for (int m = 0; m < Rows - 1; ++m) {
-      const float y = __shfl_sync(0xffffffffu, x, m, 16);
-      if (i > m)
-        x -= row[m] * y;
+    for (int b = 0; b < Blocks; ++b)
+      x[b] = i == column ? 1.0f : 0.0f;
+#pragma unroll
+    for (int m = 0; m < Rows - 1; ++m)
+#pragma unroll
+      for (int b = 0; b < Blocks; ++b) {
+        const float y = __shfl_sync(0xffffffffu, x[b], m, 16);
+        if (i > m)
+          x[b] -= Layout::a()[(b * Rows + i) * AS + b * Rows + m] * y;
+      }
+#pragma unroll
+    for (int b = 0; b < Blocks; ++b)
+      Layout::inverses()[(b * Rows + i) * IS + column] = x[b];
+    prepared();
+    // Every warp has read A's diagonal blocks, which nothing reads again
+    // but as T's: they take the inverses.
+#pragma unroll
+    for (int b = 0; b < Blocks; ++b)
+      Layout::a()[(b * Rows + i) * AS + b * Rows + column] = x[b];
+  }
+  float *scratch = Layout::scratch() + p * kPipelineScratchFloats;
+  // A warp's 16 x 8 tile through its scratch, to be read back as a B
+  // operand.
+  auto toScratch = [&](const float (&y)[4]) {
+    __syncwarp();
+    scratch[g * 8 + pair] = y[0];
+    scratch[g * 8 + pair + 1] = y[1];
+    scratch[(g + 8) * 8 + pair] = y[2];
+    scratch[(g + 8) * 8 + pair + 1] = y[3];
+    __syncwarp();
+  };
+  auto storeTile = [&](const float (&tile)[4], int row, int col) {
+    float *out = Layout::a() + (row + g) * AS + col + pair;
+    out[0] = tile[0];
+    out[1] = tile[1];
+    out[8 * AS] = tile[2];
+    out[8 * AS + 1] = tile[3];
+  };
+  if (p < 2) {
+    // T_t,t-1 = -T_tt A_t,t-1 T_t-1,t-1 for t = 1 (warp 0) and 3 (warp 1),
+    // a column tile at a time; this warp alone reads A_t,t-1.
+    const int t = 2 * p + 1;
+    float tiles[2][4] = {};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float y[4] = {};
+      tf32Product<2>(y, Layout::a() + t * Rows * AS + (t - 1) * Rows, AS,
+                     Layout::inverses() + (t - 1) * Rows * IS + h * 8, IS, 2,
+                     1.0f);
+      toScratch(y);
+      tf32Product<2>(tiles[h], Layout::inverses() + t * Rows * IS, IS,
+                     scratch, 8, 2, -1.0f);
     }
-    Layout::inverses()[(b * Rows + i) * IS + column] = x;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      storeTile(tiles[h], t * Rows, (t - 1) * Rows + h * 8);
   }
   prepared();
-  const int g = laneId() >> 2, pair = (laneId() & 3) * 2;
-  for (int t = 1; t < Blocks; ++t) {
-    // Tiles (s, n): column tile n of 8 of block column s < t.
+  {
+    // Warp p: rows of block 2 + p / 4, columns 8(p % 4).. of the lower-left
+    // block. Y = A_lo T_lo, then (once both row blocks' are in) -T_hi Y,
+    // which reads no part of A_lo.
+    const int r = 2 + p / 4, c = p % 4;
+    float y[4] = {};
+    tf32Product<4>(y, Layout::a() + r * Rows * AS, AS, Layout::a() + c * 8, AS,
+                   4, 1.0f);
+    toScratch(y);
+    prepared();
+    const float *upperY =
+        Layout::scratch() + (p % 4) * kPipelineScratchFloats;
     float tile[4] = {};
-    const int tileIndex = p, s0 = tileIndex / 2;
-    const bool has = tileIndex < 2 * t;
-    if (has) {
-      const int cols = s0 * Rows + tileIndex % 2 * 8;
-      float y[4] = {};
-      // Y = sum_{s0 <= m < t} A_tm T_ms: the diagonal block T_{s0 s0}
-      // from the inverses, the others from T's finished rows.
-      for (int m = s0; m < t; ++m) {
-        const float *aRow = Layout::a() + (t * Rows) * AS + m * Rows;
-        const float *tBlock =
-            m == s0 ? Layout::inverses() + (m * Rows) * IS + tileIndex % 2 * 8
-                    : Layout::a() + (m * Rows) * AS + cols;
-        tf32Product<2>(y, aRow, AS, tBlock, m == s0 ? IS : AS, 2, 1.0f);
-      }
-      // Through the warp's rows of its own scratch: the diagonal block
-      // T_tt's columns this tile needs are the inverses.
-      float *scratch = Layout::scratch() + p * kPipelineScratchFloats;
-      scratch[g * 8 + pair] = y[0];
-      scratch[g * 8 + pair + 1] = y[1];
-      scratch[(g + 8) * 8 + pair] = y[2];
-      scratch[(g + 8) * 8 + pair + 1] = y[3];
-      __syncwarp();
-      tf32Product<2>(tile, Layout::inverses() + (t * Rows) * IS, IS, scratch, 8, 2,
-                     -1.0f);
-    }
-    prepared();
-    if (has) {
-      float *out = Layout::a() + (t * Rows + g) * AS + s0 * Rows +
-                   tileIndex % 2 * 8 + pair;
-      out[0] = tile[0];
-      out[1] = tile[1];
-      out[8 * AS] = tile[2];
-      out[8 * AS + 1] = tile[3];
-    }
-    prepared();
-  }
-  // The diagonal blocks' inverses into T.
-  for (int e = thread; e < Blocks * Rows * Rows; e += GroupThreads) {
-    const int b = e / (Rows * Rows), i = e / Rows % Rows, j = e % Rows;
-    Layout::a()[(b * Rows + i) * AS + b * Rows + j] =
-        Layout::inverses()[(b * Rows + i) * IS + j];
+    tf32Product<2>(tile, Layout::a() + r * Rows * AS + 2 * Rows, AS, upperY, 8,
+                   2, -1.0f);
+    if (r == 3)
+      tf32Product<2>(tile, Layout::a() + r * Rows * AS + 3 * Rows, AS, scratch,
+                     8, 2, -1.0f);
+    storeTile(tile, r * Rows, c * 8);
   }
   prepared();
 

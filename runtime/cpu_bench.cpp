@@ -80,41 +80,129 @@ CpuGemm measureCpuGemm(int threads, int reps) {
   return result;
 }
 
+double measureCpuCopy(int threads, int reps) {
+  const int count = hostThreads(threads);
+  // 128 MB copied in all, well past the last level of cache, so that the
+  // copies reach memory; shared out among the threads.
+  const size_t floats = std::max<size_t>((size_t(32) << 20) / count, 1 << 20);
+  std::vector<std::vector<float>> from, to;
+  for (int t = 0; t < count; ++t) {
+    from.emplace_back(floats, 1.0f);
+    to.emplace_back(floats, 0.0f);
+  }
+  double best = 0;
+  for (int rep = 0; rep <= reps; ++rep) {
+    double seconds = secondsOf([&] {
+      std::vector<std::thread> pool;
+      auto copy = [&](int t) {
+        std::copy(from[t].begin(), from[t].end(), to[t].begin());
+      };
+      for (int t = 1; t < count; ++t)
+        pool.emplace_back(copy, t);
+      copy(0);
+      for (std::thread &thread : pool)
+        thread.join();
+    });
+    if (rep > 0)
+      best = std::max(best, 2.0 * sizeof(float) * floats * count / seconds);
+  }
+  return best;
+}
+
+namespace {
+
+/// Random host tensors for every argument of `package`: inputs [leading...,
+/// H, features...], parameters [H, features...].
+struct HostArguments {
+  std::map<std::string, HostTensor> tensors;
+  std::vector<std::vector<float>> storage;
+  double inputBytes = 0;
+
+  HostArguments(const Package &package, std::vector<int64_t> leading,
+                int64_t heads, std::mt19937 &rng) {
+    int64_t rows = 1;
+    for (int64_t d : leading)
+      rows *= d;
+    storage.reserve(package.info().arguments.size());
+    for (const manifest::Argument &arg : package.info().arguments) {
+      bool param = arg.role == manifest::Role::Param;
+      std::vector<int64_t> dims = param ? std::vector<int64_t>{} : leading;
+      dims.push_back(heads);
+      size_t count = size_t(param ? 1 : rows) * heads;
+      for (int64_t f : manifest::trailingDims(arg.kind, package.keyDim(),
+                                              package.valueDim())) {
+        dims.push_back(f);
+        count *= size_t(f);
+      }
+      storage.push_back(randomValues(count, param, rng));
+      tensors[arg.name] = {storage.back().data(), dims};
+      if (!param)
+        inputBytes += sizeof(float) * double(count);
+    }
+  }
+};
+
+/// The median of `reps` timed calls after an untimed one.
+double medianSeconds(int reps, const std::function<void()> &call) {
+  call();
+  std::vector<double> times;
+  for (int rep = 0; rep < reps; ++rep)
+    times.push_back(secondsOf(call));
+  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  return times[reps / 2];
+}
+
+} // namespace
+
 Result forwardHost(const Package &package, Shape shape, int threads, int reps) {
   std::mt19937 rng(std::random_device{}());
-  int64_t k = package.keyDim(), v = package.valueDim();
+  HostArguments arguments(package, {shape.batch, shape.tokens}, shape.heads,
+                          rng);
   ForwardRequest request;
-  std::vector<std::vector<float>> storage;
-  for (const manifest::Argument &arg : package.info().arguments) {
-    bool param = arg.role == manifest::Role::Param;
-    std::vector<int64_t> dims =
-        param ? std::vector<int64_t>{shape.heads}
-              : std::vector<int64_t>{shape.batch, shape.tokens, shape.heads};
-    size_t count = size_t(param ? 1 : shape.batch * shape.tokens) * shape.heads;
-    for (int64_t f : manifest::trailingDims(arg.kind, k, v)) {
-      dims.push_back(f);
-      count *= size_t(f);
-    }
-    storage.push_back(randomValues(count, param, rng));
-    request.tensors[arg.name] = {storage.back().data(), dims};
-  }
+  request.tensors = arguments.tensors;
   std::vector<float> output(size_t(shape.batch * shape.tokens) * shape.heads *
-                            v);
-  std::vector<float> finalState(size_t(shape.batch) * shape.heads * k *
-                                package.stateColumns());
+                            package.valueDim());
+  std::vector<float> finalState(size_t(shape.batch) * shape.heads *
+                                package.keyDim() * package.stateColumns());
   request.output = output.data();
   request.finalState = finalState.data();
   request.threads = hostThreads(threads);
 
-  package.forward(request);
-  std::vector<double> times;
-  for (int rep = 0; rep < reps; ++rep)
-    times.push_back(secondsOf([&] { package.forward(request); }));
-  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  Result result;
+  result.milliseconds =
+      medianSeconds(reps, [&] { package.forward(request); }) * 1e3;
+  result.flops = forwardFlops(package, shape);
+  result.kernel = package.kernelFile();
+  result.threads = request.threads;
+  return result;
+}
+
+Result decodeHost(const Package &package, Shape shape, int threads, int reps) {
+  std::mt19937 rng(std::random_device{}());
+  HostArguments arguments(package, {shape.batch, shape.tokens}, shape.heads,
+                          rng);
+  const size_t stateFloats = size_t(shape.batch) * shape.heads *
+                             package.keyDim() * package.stateColumns();
+  std::vector<float> pool = randomValues(stateFloats, false, rng);
+  std::vector<float> output(size_t(shape.batch * shape.tokens) * shape.heads *
+                            package.valueDim());
+  DecodeRequest request;
+  request.tensors = arguments.tensors;
+  request.statePool = pool.data();
+  request.poolShape = {shape.batch, shape.heads, package.keyDim(),
+                       package.stateColumns()};
+  // One slot a sequence, in reverse order as the GPU bench's.
+  for (int64_t b = shape.batch - 1; b >= 0; --b)
+    request.stateIndices.push_back(b);
+  request.output = output.data();
+  request.threads = hostThreads(threads);
 
   Result result;
-  result.milliseconds = times[reps / 2] * 1e3;
-  result.flops = forwardFlops(package, shape);
+  result.milliseconds =
+      medianSeconds(reps, [&] { package.decode(request); }) * 1e3;
+  // The states are read and written once, the inputs and outputs once.
+  result.bytes = 2.0 * sizeof(float) * double(stateFloats) +
+                 arguments.inputBytes + sizeof(float) * double(output.size());
   result.kernel = package.kernelFile();
   result.threads = request.threads;
   return result;
@@ -135,6 +223,25 @@ std::string cpuJsonLine(const Package &package, Shape shape,
       {"gemm_gflop_per_s", gemm.flopsPerSecond * 1e-9},
       {"gemm_isa", gemm.isa},
       {"fraction_of_gemm", flopsPerSecond / gemm.flopsPerSecond},
+  };
+  return line.dump();
+}
+
+std::string cpuDecodeJsonLine(const Package &package, Shape shape,
+                              const Result &result,
+                              double copyBytesPerSecond) {
+  double bytesPerSecond = result.bytes / (result.milliseconds * 1e-3);
+  nlohmann::json line = {
+      {"variant", package.layer()},
+      {"mode", "decode"},
+      {"target", "cpu"},
+      {"kernel", result.kernel},
+      {"shape", shapeJson(package, shape)},
+      {"threads", result.threads},
+      {"ms", result.milliseconds},
+      {"gb_per_s", bytesPerSecond * 1e-9},
+      {"copy_gb_per_s", copyBytesPerSecond * 1e-9},
+      {"fraction_of_copy", bytesPerSecond / copyBytesPerSecond},
   };
   return line.dump();
 }

@@ -2,7 +2,7 @@
 //
 //   linac-run run NAME.linac --inputs DIR --outputs DIR [--decode]  .npy in and out
 //   linac-run describe NAME.linac                     arguments and shapes
-//   linac-run bench NAME.linac... [--shape B,T,H] [--decode]  GPU timings, JSON
+//   linac-run bench NAME.linac... [--shape B,T,H] [--decode]  timings, JSON
 //
 // Built with the runtime alone, so it runs on GPU servers that have no
 // MLIR; `linac run`, `describe` and `bench` forward here.
@@ -159,21 +159,34 @@ struct BenchOptions {
   bool decode = false;
 };
 
-/// A cpu package's forward at `shape` on each of --threads, beside the
-/// host's GEMM rate on as many threads, measured once a count.
+/// A cpu package's forward (or decode step) at `shape` on each of
+/// --threads, beside the host's GEMM rate (or copy rate) on as many
+/// threads, measured once a count.
 int benchCpu(const linac::Package &package, linac::bench::Shape shape,
              const BenchOptions &options) {
 #if defined(LINAC_CPU_BENCH)
   static std::map<int, linac::bench::CpuGemm> gemms;
+  static std::map<int, double> copies;
+  const int reps = options.reps.value_or(5);
   for (int threads : options.threads) {
     int count = linac::hostThreads(threads);
-    if (!gemms.count(count))
-      gemms[count] = linac::bench::measureCpuGemm(count);
-    linac::bench::Result result = linac::bench::forwardHost(
-        package, shape, count, options.reps.value_or(5));
-    std::printf("%s\n",
-                linac::bench::cpuJsonLine(package, shape, result, gemms[count])
-                    .c_str());
+    std::string line;
+    if (options.decode) {
+      if (!copies.count(count))
+        copies[count] = linac::bench::measureCpuCopy(count);
+      line = linac::bench::cpuDecodeJsonLine(
+          package, shape,
+          linac::bench::decodeHost(package, shape, count, reps),
+          copies[count]);
+    } else {
+      if (!gemms.count(count))
+        gemms[count] = linac::bench::measureCpuGemm(count);
+      line = linac::bench::cpuJsonLine(
+          package, shape,
+          linac::bench::forwardHost(package, shape, count, reps),
+          gemms[count]);
+    }
+    std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -214,8 +227,6 @@ int bench(const BenchOptions &options) {
     packages.push_back(linac::Package::open(path));
     if (packages.back()->target() != "cpu")
       devicePackages = true;
-    else if (options.decode)
-      return fail("--decode times CUDA packages; " + path + " is a cpu package");
   }
   if (devicePackages && options.threads != BenchOptions().threads)
     return fail("--threads is for cpu packages");

@@ -1,7 +1,8 @@
 //===- cpu_bench_test.cpp - timing cpu packages ---------------------------===//
 //
 // The CPU bench times a real pass and a real GEMM, counts the FLOPs of
-// docs/performance.md, and reports both in its JSON line.
+// docs/performance.md, and reports both in its JSON line; and a real
+// decode step beside the host's copy rate.
 //
 //===----------------------------------------------------------------------===//
 
@@ -60,8 +61,33 @@ TEST(CpuBench, ReportsTheGemmRateBeside) {
                    rate / gemm.flopsPerSecond);
 }
 
+TEST(CpuBench, TimesADecodeStepBesideTheCopyRate) {
+  const double copy = linac::bench::measureCpuCopy(1, 1);
+  // Any host copies faster than 0.1 GB/s and slower than 10 TB/s.
+  EXPECT_GT(copy, 1e8);
+  EXPECT_LT(copy, 1e13);
+
+  auto linear = package("linear_attention.mlir");
+  linac::bench::Shape shape{3, 2, 4};
+  linac::bench::Result result = linac::bench::decodeHost(*linear, shape, 2, 2);
+  EXPECT_GT(result.milliseconds, 0.0);
+  EXPECT_EQ(result.threads, 2);
+  // States [3, 4, 32, 16] read and written; q, k and v of 3 x 2 tokens and
+  // 4 heads read, outputs written.
+  EXPECT_DOUBLE_EQ(result.bytes, 4.0 * (2 * 3 * 4 * 32 * 16 +
+                                        3 * 2 * 4 * (32 + 32 + 16 + 16)));
+  nlohmann::json line = nlohmann::json::parse(
+      linac::bench::cpuDecodeJsonLine(*linear, shape, result, copy));
+  EXPECT_EQ(line["mode"], "decode");
+  EXPECT_EQ(line["shape"]["T"], 2);
+  double rate = result.bytes / (result.milliseconds * 1e-3);
+  EXPECT_DOUBLE_EQ(line["gb_per_s"].get<double>(), rate * 1e-9);
+  EXPECT_DOUBLE_EQ(line["fraction_of_copy"].get<double>(), rate / copy);
+}
+
 TEST(CpuBench, RefusesThreadCountsOutOfRange) {
   EXPECT_THROW(linac::bench::measureCpuGemm(-1, 1), linac::Error);
+  EXPECT_THROW(linac::bench::measureCpuCopy(1025, 1), linac::Error);
   EXPECT_THROW(linac::bench::forwardHost(*package("linear_attention.mlir"),
                                          {1, 8, 1}, 2000, 1),
                linac::Error);

@@ -8,7 +8,7 @@
 // RUN: not linac describe %t.missing 2>&1 | FileCheck %s --check-prefix=MISSING
 // RUN: not linac-run describe 2>&1 | FileCheck %s --check-prefix=NOPACKAGE
 // RUN: linac bench %t.linac --shape 2,70,3 --reps 1 --threads 1 --threads 2 | FileCheck %s --check-prefix=BENCH
-// RUN: not linac bench %t.linac --decode 2>&1 | FileCheck %s --check-prefix=BENCHDECODE
+// RUN: linac bench %t.linac --decode --shape 3,2,4 --reps 1 --threads 1 | FileCheck %s --check-prefix=BENCHDECODE
 // RUN: not linac bench %t.linac --threads -1 2>&1 | FileCheck %s --check-prefix=BENCHTHREADS
 
 // OUT: .linac
@@ -16,7 +16,12 @@
 // BENCH-SAME: "threads":1
 // BENCH-NEXT: "target":"cpu"
 // BENCH-SAME: "threads":2
-// BENCHDECODE: error: --decode times CUDA packages; {{.*}} is a cpu package
+// BENCHDECODE: "copy_gb_per_s":{{[0-9.e+-]+}},"fraction_of_copy":{{[0-9.e+-]+}}
+// BENCHDECODE-SAME: "mode":"decode"
+// BENCHDECODE-SAME: "shape":{"B":3,"H":4,
+// BENCHDECODE-SAME: "T":2,
+// BENCHDECODE-SAME: "target":"cpu"
+// BENCHDECODE-SAME: "threads":1
 // BENCHTHREADS: error: threads is -1; expected 0 (every core this process may use) or 1 to 1024
 // MANIFEST: "abi_version": 3
 // MANIFEST: "arguments": [

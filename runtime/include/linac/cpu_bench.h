@@ -27,16 +27,35 @@ struct CpuGemm {
 };
 CpuGemm measureCpuGemm(int threads, int reps = 5);
 
+/// The host's memory copy rate (bytes read and written a second) on
+/// `threads` threads, each copying its share of 128 MB: the best of `reps`
+/// rounds. Decode reads and writes each state once, so this is its
+/// ceiling.
+double measureCpuCopy(int threads, int reps = 5);
+
 /// Runs cpu `package`'s forward pass at `shape` on `threads` threads, on
 /// fresh random inputs: one untimed call, then the median of `reps`.
 Result forwardHost(const Package &package, Shape shape, int threads,
                    int reps = 5);
+
+/// A decode step of cpu `package`: B = shape.batch sequences of
+/// shape.tokens new tokens, each its own slot of a random state pool, as
+/// forwardHost times; `bytes` counts the states read and written and the
+/// inputs and outputs.
+Result decodeHost(const Package &package, Shape shape, int threads,
+                  int reps = 5);
 
 /// One JSON line: variant, mode, target, kernel file, shape, threads, ms,
 /// GFLOP/s, the GEMM's rate and instruction set, and the pass's rate as a
 /// fraction of it.
 std::string cpuJsonLine(const Package &package, Shape shape,
                         const Result &result, const CpuGemm &gemm);
+
+/// One JSON line of a decode step: variant, mode, target, kernel file,
+/// shape, threads, ms, GB/s, the copy rate and the step's fraction of it.
+std::string cpuDecodeJsonLine(const Package &package, Shape shape,
+                              const Result &result,
+                              double copyBytesPerSecond);
 
 } // namespace linac::bench
 

@@ -113,7 +113,7 @@ void chunkHeadsByProducts(const linac_cpu_forward_args &args, int64_t seq,
       else
         prefetchInputs<Layer, Token>(args, start + C,
                                      std::min(start + 2 * C, end), firstHead);
-      chunkForward(chunk, states[h].s.data(), reads.front().x.data());
+      chunkForward(chunk, states[h].s, reads.front().x.data());
       for (int t = 0; t < L; ++t) {
         const int64_t token = start + t;
         Layer::epilogue(Token{args, token, head},

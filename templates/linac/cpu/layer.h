@@ -57,35 +57,55 @@ template <typename Layer, typename Args = linac_cpu_forward_args> struct Token {
 template <int K, int V, bool Normalized> struct State {
   static constexpr int kColumns = V + (Normalized ? 1 : 0);
   static constexpr size_t kSize = size_t(K) * kColumns;
-  std::vector<float> s = std::vector<float>(kSize, 0.0f);
+
+  /// A state of its own, zeros.
+  State() : owned_(kSize, 0.0f), s(owned_.data()) {}
+  /// The state at `p` (a decode pool's slot), updated where it is.
+  explicit State(float *p) : s(p) {}
+  State(State &&) = default;
+  State(const State &) = delete;
+  State &operator=(const State &) = delete;
+
+private:
+  std::vector<float> owned_;
+
+public:
+  float *s;
 
   float &at(int i, int j) { return s[size_t(i) * kColumns + j]; }
   float at(int i, int j) const { return s[size_t(i) * kColumns + j]; }
 
-  void load(const float *p) { std::copy(p, p + kSize, s.begin()); }
-  void store(float *p) const { std::copy(s.begin(), s.end(), p); }
+  void load(const float *p) { std::copy(p, p + kSize, s); }
+  void store(float *p) const { std::copy(s, s + kSize, p); }
 
   void decay(const Vec<K> &gk, const Vec<V> &gv) {
     for (int i = 0; i < K; ++i)
       for (int j = 0; j < kColumns; ++j)
         at(i, j) *= std::exp(gk[i] + (j < V ? gv[j] : 0.0f));
   }
-  /// A key-side gate alone.
-  void decay(const Vec<K> &gk) { decay(gk, Vec<V>{}); }
+  /// A key-side gate alone: one factor a row.
+  void decay(const Vec<K> &gk) {
+    for (int i = 0; i < K; ++i) {
+      const float factor = std::exp(gk[i]);
+      for (int j = 0; j < kColumns; ++j)
+        at(i, j) *= factor;
+    }
+  }
   void matrixGate(const Mat<K, V> &g) {
     for (int i = 0; i < K; ++i)
       for (int j = 0; j < V; ++j)
         at(i, j) *= std::exp(g[i * V + j]);
   }
-  /// S <- S - k (e^T S).
+  /// S <- S - k (e^T S). Sums run over rows, a row at a time for every
+  /// column at once, so that the loops walk memory in order.
   void erase(const Vec<K> &k, const Vec<K> &e) {
-    for (int j = 0; j < kColumns; ++j) {
-      double proj = 0;
-      for (int i = 0; i < K; ++i)
-        proj += double(e[i]) * at(i, j);
-      for (int i = 0; i < K; ++i)
-        at(i, j) -= float(k[i] * proj);
-    }
+    std::array<double, kColumns> proj{};
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < kColumns; ++j)
+        proj[j] += double(e[i]) * at(i, j);
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < kColumns; ++j)
+        at(i, j) -= float(k[i] * proj[j]);
   }
   /// S <- S + k u^T; the normaliser's column takes `normalizerWeight`.
   void write(const Vec<K> &k, const Vec<V> &u, float normalizerWeight) {
@@ -97,13 +117,13 @@ template <int K, int V, bool Normalized> struct State {
     }
   }
   Vec<V> read(const Vec<K> &q, float scale) const {
+    std::array<double, kColumns> sum{};
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < kColumns; ++j)
+        sum[j] += double(at(i, j)) * q[i] * scale;
     Vec<kColumns> raw;
-    for (int j = 0; j < kColumns; ++j) {
-      double sum = 0;
-      for (int i = 0; i < K; ++i)
-        sum += double(at(i, j)) * q[i] * scale;
-      raw[j] = float(sum);
-    }
+    for (int j = 0; j < kColumns; ++j)
+      raw[j] = float(sum[j]);
     return normalize<V, Normalized>(raw);
   }
 
@@ -333,7 +353,7 @@ void pairwiseChunkSequence(
   }
 }
 
-/// Decode: each sequence's few new tokens from and back to its pool slot.
+/// Decode: each sequence's few new tokens on its pool slot, in place.
 template <typename Layer> int decode(const linac_cpu_decode_args &args) {
   constexpr int K = Layer::K, V = Layer::V;
   forEachHeadRun(
@@ -343,13 +363,12 @@ template <typename Layer> int decode(const linac_cpu_decode_args &args) {
         if (slot < 0)
           return;
         for (int64_t head = firstHead; head < endHead; ++head) {
-          State<K, V, Layer::kNormalizer> state;
-          float *pooled = args.state_pool +
-                          size_t(slot * args.num_heads + head) * state.kSize;
-          state.load(pooled);
+          using HeadState = State<K, V, Layer::kNormalizer>;
+          HeadState state(args.state_pool +
+                          size_t(slot * args.num_heads + head) *
+                              HeadState::kSize);
           stepThrough<Layer>(args, seq * args.tokens, (seq + 1) * args.tokens,
                              head, state);
-          state.store(pooled);
         }
       });
   return 0;

@@ -153,8 +153,7 @@ Package::planDeviceForward(const DeviceForwardRequest &request,
   const int64_t slots =
       cuda::preparedSlots(shape.sequences, segmentShape.offsets.back());
   const size_t workspace = size_t(slots * shape.heads * preparedChunkBytes_);
-  if (phasedAlways_ || phasedByShape(segmentShape, !plan.segments.empty(),
-                                     workspace, cuda::freeMemory)) {
+  if (phasedAlways_ || phasedWorkspaceFits(workspace, cuda::freeMemory)) {
     plan.kernel = &kernelFor(request.dtype, phasedKernels_);
     plan.preparedSlots = slots;
   }

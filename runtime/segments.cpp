@@ -57,12 +57,9 @@ double modelledChunks(const SegmentShape &shape, int64_t most) {
          passTime(longest, finish, multiprocessors) + double(2 + composed);
 }
 
-bool phasedByShape(const SegmentShape &shape, bool segmented,
-                   size_t workspaceBytes,
-                   const std::function<size_t()> &freeBytes) {
-  const int64_t pairs = int64_t(shape.offsets.size() - 1) * shape.heads;
-  const bool idle = segmented || 4 * pairs <= 3 * shape.multiprocessors;
-  return idle && workspaceBytes <= freeBytes() / 2;
+bool phasedWorkspaceFits(size_t workspaceBytes,
+                         const std::function<size_t()> &freeBytes) {
+  return workspaceBytes <= freeBytes() / 2;
 }
 
 std::vector<linac_cuda_segment> cutSegments(const SegmentShape &shape,

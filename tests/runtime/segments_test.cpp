@@ -3,8 +3,8 @@
 // The runtime's cut of a chunkwise forward into segments (linac/segments.h):
 // every cut covers each sequence exactly, in whole chunks from its start;
 // the model keeps sequences whole when they fill the GPU and cuts a long
-// one that leaves it idle; the phased kernels take the batches that leave
-// a quarter of the GPU idle, while their workspace fits.
+// one that leaves it idle; the phased kernels run while their workspace
+// fits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,7 +18,7 @@ namespace {
 
 using linac::cutSegments;
 using linac::modelledChunks;
-using linac::phasedByShape;
+using linac::phasedWorkspaceFits;
 using linac::SegmentShape;
 
 SegmentShape uniform(int64_t batch, int64_t tokens, int64_t heads,
@@ -133,27 +133,17 @@ TEST(Segments, EveryCutCoversItsSequences) {
 
 } // namespace
 
-TEST(Segments, PhasedKernelsWhereTheGpuWouldIdle) {
+TEST(Segments, PhasedKernelsWhereTheirWorkspaceFits) {
   constexpr size_t kFree = size_t(100) << 30;
   int reads = 0;
   auto freeBytes = [&] {
     ++reads;
     return kFree;
   };
-  // 132 multiprocessors: 99 (sequence, head) pairs or fewer leave a
-  // quarter of them idle, and only then is the free memory read.
-  EXPECT_FALSE(phasedByShape(uniform(8, 4096, 16, 1), false, 1, freeBytes));
-  EXPECT_FALSE(phasedByShape(uniform(34, 64, 3, 1), false, 1, freeBytes));
-  EXPECT_EQ(reads, 0);
-  EXPECT_TRUE(phasedByShape(uniform(33, 64, 3, 1), false, 1, freeBytes));
-  EXPECT_TRUE(phasedByShape(uniform(6, 4096, 16, 1), false, 1, freeBytes));
-  EXPECT_TRUE(phasedByShape(uniform(1, 32768, 16, 1), false, 1, freeBytes));
-  // Sequences cut into segments: the chunkwise entry would idle in the
-  // passes' waves, whatever the pairs.
-  EXPECT_TRUE(phasedByShape(uniform(8, 4096, 16, 1), true, 1, freeBytes));
-  // A workspace over half the free memory keeps the chunkwise entry.
-  EXPECT_TRUE(phasedByShape(uniform(1, 32768, 16, 1), false, kFree / 2,
-                            freeBytes));
-  EXPECT_FALSE(phasedByShape(uniform(1, 32768, 16, 1), false, kFree / 2 + 1,
-                             freeBytes));
+  // A workspace of half the free memory or less takes the phased kernels,
+  // whatever the batch; more keeps the chunkwise entry.
+  EXPECT_TRUE(phasedWorkspaceFits(1, freeBytes));
+  EXPECT_TRUE(phasedWorkspaceFits(kFree / 2, freeBytes));
+  EXPECT_FALSE(phasedWorkspaceFits(kFree / 2 + 1, freeBytes));
+  EXPECT_EQ(reads, 3);
 }

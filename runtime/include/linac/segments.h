@@ -6,8 +6,8 @@
 // that run side by side (the passes of templates/linac/cuda/abi.h). Which
 // cut, if any, comes from a model of each pass's time in chunks: waves of
 // its longest block over the multiprocessors, and a chunk's worth for each
-// launch and each composed segment. The same idle multiprocessors decide
-// when a package's phased kernels run instead of its chunkwise entry.
+// launch and each composed segment. Whether a package's phased kernels run
+// instead of its chunkwise entry depends on their workspace alone.
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,17 +49,15 @@ std::vector<linac_cuda_segment> cutSegments(const SegmentShape &shape,
 /// chunks of one block; chunks = 0 for whole sequences.
 double modelledChunks(const SegmentShape &shape, int64_t chunks);
 
-/// Whether a forward of `shape` takes a package's phased kernels by shape
-/// (templates/linac/cuda/phased.h) instead of its chunkwise entry: when the
-/// entry's blocks, whole or cut into segments (`segmented`), would leave a
-/// quarter of the multiprocessors or more idle, where the phased kernels
-/// win (on an H200 the two cross near 110 (sequence, head) pairs of 132
-/// multiprocessors; bench/history/forward-chunkwise.md, version 18), and
-/// their workspace of `workspaceBytes` takes at most half the device's free
-/// memory, which `freeBytes` reads only then.
-bool phasedByShape(const SegmentShape &shape, bool segmented,
-                   size_t workspaceBytes,
-                   const std::function<size_t()> &freeBytes);
+/// Whether a forward takes a package's phased kernels
+/// (templates/linac/cuda/phased.h) instead of its chunkwise entry where the
+/// plan lets the runtime choose: when their workspace of `workspaceBytes`
+/// takes at most half the device's free memory (`freeBytes`). On an H200
+/// they are the faster at every shape measured, from 32 to 1024 (sequence,
+/// head) pairs, whole or cut into segments
+/// (bench/history/forward-chunkwise.md, version 21).
+bool phasedWorkspaceFits(size_t workspaceBytes,
+                         const std::function<size_t()> &freeBytes);
 
 } // namespace linac
 

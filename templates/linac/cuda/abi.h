@@ -57,8 +57,9 @@ enum linac_cuda_segment_pass {
 };
 /* Value columns one compose block takes. */
 #define LINAC_CUDA_COMPOSE_COLUMNS 32
-/* Threads of a compose block. */
-#define LINAC_CUDA_COMPOSE_THREADS 128
+/* Threads of a compose block: sixteen warps, since its walk over the
+ * segments waits on shared memory at every step. */
+#define LINAC_CUDA_COMPOSE_THREADS 512
 
 typedef struct linac_cuda_forward_args {
   int64_t num_seqs;

@@ -1426,8 +1426,11 @@ LINAC_DEVICE void segmentComposeKernel(const linac_cuda_forward_args &args) {
     float *after = segmentState<Layer>(args, s, head);
     const int64_t slot = s * args.num_heads + head;
     if constexpr (Layer::kErase) {
-      static_assert(W == 32 && LINAC_CUDA_COMPOSE_THREADS == 128,
-                    "sixteen groups of rows by eight of four columns");
+      // Each thread a run of Rows rows by four columns.
+      constexpr int Threads = LINAC_CUDA_COMPOSE_THREADS,
+                    ColumnGroups = W / 4, RowGroups = Threads / ColumnGroups;
+      static_assert(W % 4 == 0 && Threads % ColumnGroups == 0,
+                    "groups of rows by whole runs of four columns");
       constexpr int TS = composeTransitionStride(K);
       float *rowsOfT = composeShared,
             *tile = composeShared + composeTileOffset(K);
@@ -1436,16 +1439,17 @@ LINAC_DEVICE void segmentComposeKernel(const linac_cuda_forward_args &args) {
       // walk over segments is sequential, and a load at a time would leave
       // it waiting on each.
 #pragma unroll 8
-      for (int i = threadIdx.x; i < K * K; i += LINAC_CUDA_COMPOSE_THREADS)
+      for (int i = threadIdx.x; i < K * K; i += Threads)
         rowsOfT[i / K * TS + i % K] = __ldg(transition + i);
 #pragma unroll 8
-      for (int i = threadIdx.x; i < K * W; i += LINAC_CUDA_COMPOSE_THREADS) {
+      for (int i = threadIdx.x; i < K * W; i += Threads) {
         const int col = firstColumn + i % W;
         tile[i] = col < Columns ? before[i / W * Columns + col] : 0.0f;
       }
       __syncthreads();
-      constexpr int Rows = (K + 15) / 16;
-      const int rows = Rows * (threadIdx.x / 8), cols = 4 * (threadIdx.x % 8);
+      constexpr int Rows = (K + RowGroups - 1) / RowGroups;
+      const int rows = Rows * (threadIdx.x / ColumnGroups),
+                cols = 4 * (threadIdx.x % ColumnGroups);
       float acc[Rows][4] = {};
       for (int k = 0; k < K; ++k) {
         const float4 x = *reinterpret_cast<const float4 *>(tile + k * W + cols);

@@ -5,10 +5,10 @@
 #include "bench_json.h"
 #include "cpu_gemms.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -29,6 +29,27 @@ double secondsOf(const std::function<void()> &body) {
   Clock::time_point start = Clock::now();
   body();
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// The fewest seconds of reps rounds of body(t) on `threads` threads at
+/// once (t = 0 on the caller's), after one untimed round that warms caches
+/// and pages up.
+double bestSecondsOnThreads(int threads, int reps,
+                            const std::function<void(int)> &body) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int rep = 0; rep <= reps; ++rep) {
+    double seconds = secondsOf([&] {
+      std::vector<std::thread> pool;
+      for (int t = 1; t < threads; ++t)
+        pool.emplace_back(body, t);
+      body(0);
+      for (std::thread &thread : pool)
+        thread.join();
+    });
+    if (rep > 0)
+      best = std::min(best, seconds);
+  }
+  return best;
 }
 
 } // namespace
@@ -61,22 +82,10 @@ CpuGemm measureCpuGemm(int threads, int reps) {
     b.push_back(randomValues(size_t(n) * n, false, rng));
     c.emplace_back(size_t(n) * n);
   }
-  double best = 0;
-  for (int rep = 0; rep <= reps; ++rep) {
-    double seconds = secondsOf([&] {
-      std::vector<std::thread> pool;
-      for (int t = 1; t < result.threads; ++t)
-        pool.emplace_back(
-            [&, t] { gemm(n, a[t].data(), b[t].data(), c[t].data()); });
-      gemm(n, a[0].data(), b[0].data(), c[0].data());
-      for (std::thread &thread : pool)
-        thread.join();
-    });
-    // The first round warms caches and pages up, untimed.
-    if (rep > 0)
-      best = std::max(best, 2.0 * n * n * double(n) * result.threads / seconds);
-  }
-  result.flopsPerSecond = best;
+  const double seconds = bestSecondsOnThreads(result.threads, reps, [&](int t) {
+    gemm(n, a[t].data(), b[t].data(), c[t].data());
+  });
+  result.flopsPerSecond = 2.0 * n * n * double(n) * result.threads / seconds;
   return result;
 }
 
@@ -90,23 +99,10 @@ double measureCpuCopy(int threads, int reps) {
     from.emplace_back(floats, 1.0f);
     to.emplace_back(floats, 0.0f);
   }
-  double best = 0;
-  for (int rep = 0; rep <= reps; ++rep) {
-    double seconds = secondsOf([&] {
-      std::vector<std::thread> pool;
-      auto copy = [&](int t) {
-        std::copy(from[t].begin(), from[t].end(), to[t].begin());
-      };
-      for (int t = 1; t < count; ++t)
-        pool.emplace_back(copy, t);
-      copy(0);
-      for (std::thread &thread : pool)
-        thread.join();
-    });
-    if (rep > 0)
-      best = std::max(best, 2.0 * sizeof(float) * floats * count / seconds);
-  }
-  return best;
+  const double seconds = bestSecondsOnThreads(count, reps, [&](int t) {
+    std::copy(from[t].begin(), from[t].end(), to[t].begin());
+  });
+  return 2.0 * sizeof(float) * floats * count / seconds;
 }
 
 namespace {

@@ -29,6 +29,13 @@ using namespace linac;
 
 namespace {
 
+/// How the normal form's key-side gate enters the CUDA kernels.
+cuda::Gate keyGate(const NormalForm &form) {
+  return form.keyDecay == KeyDecay::Vector ? cuda::Gate::Vector
+         : form.keyDecay == KeyDecay::None ? cuda::Gate::None
+                                           : cuda::Gate::Scalar;
+}
+
 /// The shape of a chunk of the CUDA kernel (templates/linac/cuda/
 /// geometry.h), without its staged input rows.
 cuda::ChunkShape chunkShape(LayerOp layer, const NormalForm &form) {
@@ -38,9 +45,7 @@ cuda::ChunkShape chunkShape(LayerOp layer, const NormalForm &form) {
   shape.values = int(state.getValueDim());
   shape.normalizer = state.getNormalized();
   shape.erase = form.erase != Strength::None;
-  shape.gate = form.keyDecay == KeyDecay::Vector ? cuda::Gate::Vector
-               : form.keyDecay == KeyDecay::None ? cuda::Gate::None
-                                                 : cuda::Gate::Scalar;
+  shape.gate = keyGate(form);
   for (BlockArgument param : layer.getParams())
     shape.paramBytes += cuda::paramBytes(elementsOf(param.getType()));
   return shape;
@@ -312,8 +317,9 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.subchunkSize = 16;
   if (gpu) {
     // One program per (sequence, head): sixteen warps, the state in their
-    // registers. An erase under no gate or a scalar one also has kernels
-    // of warp groups where their buffers fit. chunk-kernel=pipelined makes
+    // registers. An erase also has kernels of warp groups where their
+    // buffers fit (the pipelined one under no gate or a scalar one, the
+    // phased ones under any key-side gate). chunk-kernel=pipelined makes
     // the chunkwise entry the pipelined kernel: one group of warps prepares
     // the next chunk (the intra-chunk products and the solve) while the
     // other advances the state through the current one; on an H200 it
@@ -326,14 +332,17 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // 18), or always with chunk-kernel=phased.
     int keys = int(state.getKeyDim()), values = int(valueDim);
     bool grouped = target == manifest::Target::Sm90a &&
-                   form.erase != Strength::None &&
-                   form.keyDecay != KeyDecay::Vector && !form.normalizer &&
+                   form.erase != Strength::None && !form.normalizer &&
                    !form.readBefore && keys % 16 == 0 && values % 16 == 0 &&
                    values <= 16 * cuda::kPipelineGroupWarps;
+    cuda::Gate gate = keyGate(form);
     int64_t pipelinedBytes = cuda::PipelineMap(keys, values).bytes;
-    cuda::PipelineMap phasedState(keys, values, cuda::PipelineBlock::State);
-    cuda::PipelineMap prepare(keys, values, cuda::PipelineBlock::Prepare);
-    bool pipelined = grouped && chunkKernel == "pipelined" &&
+    cuda::PipelineMap phasedState(keys, values, cuda::PipelineBlock::State,
+                                  gate);
+    cuda::PipelineMap prepare(keys, values, cuda::PipelineBlock::Prepare,
+                              gate);
+    bool pipelined = grouped && gate != cuda::Gate::Vector &&
+                     chunkKernel == "pipelined" &&
                      pipelinedBytes <= sharedMemoryLimit(target);
     bool phased = grouped &&
                   (chunkKernel == "auto" || chunkKernel == "phased") &&
@@ -421,8 +430,10 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       if (gpu && asked && chunkable && !taken) {
         layer.emitError()
             << "chunk-kernel=" << chunkKernel << ": the " << chunkKernel
-            << " kernel takes an erase under no gate or a scalar one, "
-               "without a normaliser, the read after the write, K and V "
+            << " kernel takes an erase under "
+            << (chunkKernel == "pipelined" ? "no gate or a scalar one"
+                                           : "any key-side gate or none")
+            << ", without a normaliser, the read after the write, K and V "
                "multiples of 16 with V at most "
             << 16 * cuda::kPipelineGroupWarps
             << ", on sm_90a (it sets each warp group's registers or moves "

@@ -20,9 +20,11 @@
 
 // On GPUs a key-vector gate is handled in sub-chunks of 16. The vector
 // inputs are staged in shared memory a chunk ahead; the scalar %b, not 16
-// bytes a token, stays in registers.
+// bytes a token, stays in registers. With its erase, the phased kernels
+// come beside the lockstep one: a prepared chunk carries the decay as a
+// vector of K = 64 floats (42496 bytes with V = 32).
 // SM90: linac.layer @vector_gate
-// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_kernel = "lockstep", chunk_size = 64 : i64, chunkwise_float16 = true, compose_block_threads = 512 : i64, compose_shared_memory = 24832 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", late_shared_inputs = array<i64>, scan_block_threads = 32 : i64, shared_inputs = array<i64: 0, 1, 2, 3>, shared_memory = 134144 : i64, subchunk_size = 16 : i64, target = "sm_90a", transition_blocks = 2 : i64}
+// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_kernel = "lockstep", chunk_size = 64 : i64, chunkwise_float16 = true, compose_block_threads = 512 : i64, compose_shared_memory = 24832 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "delta_chunkwise", gate_numerics = "subchunk", late_shared_inputs = array<i64>, phased = "by_shape", phased_block_threads = 256 : i64, phased_shared_memory = 94224 : i64, prepare_block_threads = 256 : i64, prepare_shared_memory = 73216 : i64, prepared_chunk_bytes = 42496 : i64, scan_block_threads = 32 : i64, shared_inputs = array<i64: 0, 1, 2, 3>, shared_memory = 134144 : i64, subchunk_size = 16 : i64, target = "sm_90a", transition_blocks = 2 : i64}
 // SM80: linac.layer @vector_gate
 // SM80-SAME: target = "sm_80"
 linac.layer @vector_gate(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %g : !key, %b : f32) {
@@ -84,7 +86,11 @@ linac.layer @too_wide(%S : !linac.state<136x16>) inputs(%q : tensor<136xf32, #li
 // memory; the other vectors take that of the state copy, Delta, P and A.
 // SM90: linac.layer @large_delta
 // SM90-SAME: family = "delta_chunkwise"
-// SM90-SAME: late_shared_inputs = array<i64: 1, 2, 3>, scan_block_threads = 128 : i64, shared_inputs = array<i64: 0>, shared_memory = 229376 : i64
+// SM90-SAME: late_shared_inputs = array<i64: 1, 2, 3>, phased = "by_shape"
+// The phased kernels' preparing block keeps two K-vectors of log-gates for
+// each half sub-chunk rather than every token's, so that two fit a
+// multiprocessor (2 x 114432 bytes, and 1 KiB each reserved, within 228 KiB).
+// SM90-SAME: prepare_shared_memory = 114432 : i64, prepared_chunk_bytes = 79616 : i64, scan_block_threads = 128 : i64, shared_inputs = array<i64: 0>, shared_memory = 229376 : i64
 // sm_80 has no bulk copy engine, so its decode steps load states directly.
 // SM80: linac.layer @large_delta
 // SM80-SAME: linac.plan = {block_threads = 128 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 0 : i64, decode_stages = 0 : i64, decode_staging = "direct", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", recurrent_reason = "the chunk's 212992 bytes exceed sm_80's 166912 of shared memory", scan_block_threads = 128 : i64, target = "sm_80"}

@@ -2,9 +2,10 @@
 # compile_all.sh LINAC TARGET OUT: compiles every example and every spec of
 # tests/cpu/specs and tests/gpu/specs for TARGET into OUT/NAME.linac, with
 # a cache of its own so that nvcc builds each; on sm_90a, the specs named
-# grouped_* and the examples that the warp-group kernels take (an erase
-# under no gate or a scalar one) also into OUT/KERNEL_NAME.linac for the
-# pipelined and phased chunkwise kernels. tests/gpu/prepare.sh uses it
+# grouped_* and the examples of an erase under a scalar gate or none also
+# into OUT/KERNEL_NAME.linac for the pipelined, phased and lockstep
+# chunkwise kernels, and those of an erase under a key-vector gate for the
+# phased and lockstep ones. tests/gpu/prepare.sh uses it
 # for the GPU check; ctest runs it for sm_90a and sm_80 without a GPU, where
 # the generated sources' static_asserts hold the plan's numbers to the
 # kernels' headers.
@@ -31,7 +32,13 @@ done
 if [[ $target == sm_90a ]]; then
   for spec in examples/deltanet.mlir examples/gated_deltanet.mlir \
               tests/gpu/specs/grouped_*.mlir; do
-    for kernel in pipelined phased; do
+    for kernel in pipelined phased lockstep; do
+      compile "$spec" "${kernel}_$(basename "$spec" .mlir)" \
+        --chunk-kernel=$kernel
+    done
+  done
+  for spec in examples/kda.mlir examples/gdn2.mlir; do
+    for kernel in phased lockstep; do
       compile "$spec" "${kernel}_$(basename "$spec" .mlir)" \
         --chunk-kernel=$kernel
     done

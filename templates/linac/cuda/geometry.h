@@ -133,6 +133,9 @@ struct ChunkMap {
 /// floats of the 16 x 8 tile each preparing warp keeps in shared memory.
 inline constexpr int kPipelineGroupWarps = kChunkWarps / 2;
 inline constexpr int kPipelineScratchFloats = 16 * 8;
+/// Tokens of a half sub-chunk: under a key-vector gate a preparing warp
+/// runs the prologue of one and sums its log-gates in registers.
+inline constexpr int kHalfSubchunk = 8;
 
 /// The blocks that work on prepared chunk buffers: the pipelined kernel's,
 /// which prepares and consumes them; and the phased kernels', one that
@@ -151,25 +154,36 @@ enum class PipelineBlock { Pipelined, Prepare, State };
 /// without reads, the whole image with them.
 struct PipelineMap {
   int C, K, V, KS, VS, PS, AS, OS, IS;
-  int64_t lambda, decay, k, w, u, q, p, bufferBytes, a, inverses, scratch, o,
-      barriers, bytes;
+  int64_t lambda, decay, k, w, u, q, p, bufferBytes, a, inverses, scratch,
+      halfGates, o, barriers, bytes;
 
+  /// `gate` Vector: a gate per key channel (phased kernels only), whose
+  /// chunk decay is a vector and whose preparing block keeps each half
+  /// sub-chunk's total log-gates and their cumulative sums.
   LINAC_GEOMETRY PipelineMap(int keys, int values,
-                             PipelineBlock block = PipelineBlock::Pipelined)
+                             PipelineBlock block = PipelineBlock::Pipelined,
+                             Gate gate = Gate::Scalar)
       : C(kChunkSize), K(keys), V(values), KS(K + 8), VS(V + 8), PS(C + 8),
-        AS(C + 4), OS(V + 4), IS(20), lambda(0), decay(lambda + 4 * C),
-        k(decay + 16), w(k + 2 * C * KS), u(w + 2 * C * KS),
-        q(u + 2 * C * VS), p(q + 2 * C * KS), bufferBytes(p + 2 * C * PS),
-        // C log-gates and one float; bf16 C x KS: k, w; C x VS: u; C x KS:
-        // q; C x PS: P; then fp32 T (C x AS), the diagonal blocks' inverses
-        // (C x IS), a 16 x 8 tile a preparing warp, the reads (C x OS) and
-        // two mbarriers.
+        AS(C + 4), OS(V + 4), IS(20), lambda(0),
+        decay(lambda + 4 * C),
+        k(decay + (gate == Gate::Vector ? 4 * K : 16)), w(k + 2 * C * KS),
+        u(w + 2 * C * KS), q(u + 2 * C * VS), p(q + 2 * C * KS),
+        bufferBytes(p + 2 * C * PS),
+        // C log-gates and the chunk's decay (a float, or K); bf16 C x KS:
+        // k, w; C x VS: u; C x KS: q; C x PS: P; then fp32 T (C x AS), the
+        // diagonal blocks' inverses (C x IS), a 16 x 8 tile a preparing
+        // warp, a key-vector gate's two K-vectors a half sub-chunk, the
+        // reads (C x OS) and two mbarriers.
         a((block == PipelineBlock::Prepare ? 1 : 2) * bufferBytes),
         inverses(a + (block != PipelineBlock::State ? 4 * C * AS : 0)),
         scratch(inverses + (block != PipelineBlock::State ? 4 * C * IS : 0)),
-        o(scratch + (block != PipelineBlock::State
-                         ? 4 * kPipelineGroupWarps * kPipelineScratchFloats
-                         : 0)),
+        halfGates(scratch + (block != PipelineBlock::State
+                                 ? 4 * kPipelineGroupWarps *
+                                       kPipelineScratchFloats
+                                 : 0)),
+        o(halfGates + (block != PipelineBlock::State && gate == Gate::Vector
+                           ? 4 * 2 * (C / kHalfSubchunk) * K
+                           : 0)),
         barriers(o + (block != PipelineBlock::Prepare ? 4 * C * OS : 0)),
         bytes(barriers + (block == PipelineBlock::State ? 16 : 0)) {}
 

@@ -41,7 +41,7 @@
 /// activation dtype: the preparing phase, then the state's.
 #define LINAC_PHASED_KERNELS_FOR(Layer, dtype, T)                              \
   LINAC_CUDA_ENTRY_FOR(Layer, prepare, dtype, T, linac::cuda::kPhasedThreads, \
-                       linac::cuda::kPrepareBlocksPerMultiprocessor,          \
+                       linac::cuda::prepareBlocksPerMultiprocessor<Layer>(),  \
                        linac_cuda_forward_args)                               \
   LINAC_CUDA_ENTRY_FOR(Layer, phased, dtype, T, linac::cuda::kPhasedThreads,  \
                        1, linac_cuda_forward_args)

@@ -26,27 +26,38 @@
 
 namespace linac::cuda {
 
-/// Blocks of the preparing phase a multiprocessor runs at once.
-inline constexpr int kPrepareBlocksPerMultiprocessor = 2;
 /// Tokens a preparing warp runs the generated prologue on at once.
 inline constexpr int kPrologueTokens = 2;
 
 template <typename Layer> constexpr size_t phasedSharedBytes() {
-  return size_t(PipelineMap(Layer::K, Layer::V, PipelineBlock::State).bytes);
+  return size_t(
+      PipelineMap(Layer::K, Layer::V, PipelineBlock::State, Layer::kKeyGate)
+          .bytes);
 }
 template <typename Layer> constexpr size_t prepareSharedBytes() {
-  return size_t(PipelineMap(Layer::K, Layer::V, PipelineBlock::Prepare).bytes);
+  return size_t(
+      PipelineMap(Layer::K, Layer::V, PipelineBlock::Prepare, Layer::kKeyGate)
+          .bytes);
+}
+/// Blocks of the preparing phase a multiprocessor runs at once: two where
+/// their shared memory fits, else one.
+template <typename Layer> constexpr int prepareBlocksPerMultiprocessor() {
+  constexpr int64_t fit =
+      (kSm90aSharedMemory + 1024) / (prepareSharedBytes<Layer>() + 1024);
+  static_assert(fit >= 1, "a preparing block fits a multiprocessor");
+  return fit < 2 ? int(fit) : 2;
 }
 template <typename Layer> LINAC_HOST_DEVICE constexpr int64_t preparedChunkBytes() {
-  return PipelineMap(Layer::K, Layer::V).bufferBytes;
+  return PipelineMap(Layer::K, Layer::V, PipelineBlock::Prepare,
+                     Layer::kKeyGate)
+      .bufferBytes;
 }
 
 template <typename Layer> LINAC_HOST_DEVICE constexpr void checkPhased() {
-  static_assert(Layer::kErase && Layer::kKeyGate != Gate::Vector &&
-                    !Layer::kNormalizer && !Layer::kValueDecay &&
-                    !Layer::kReadBefore,
-                "the phased kernels take an erase under no gate or a scalar "
-                "one");
+  static_assert(Layer::kErase && !Layer::kNormalizer &&
+                    !Layer::kValueDecay && !Layer::kReadBefore,
+                "the phased kernels take an erase under a key-side gate or "
+                "none");
   static_assert(Layer::K % 16 == 0 && Layer::V % 16 == 0 && Layer::K <= 128 &&
                     Layer::V <= 16 * kPipelineGroupWarps,
                 "a state warp holds 16 value columns of every key");
@@ -76,9 +87,6 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
   checkPhased<Layer>();
   using Layout = PipelineLayout<Layer, PipelineBlock::Prepare>;
   constexpr int C = Layout::C, Warps = kPipelineGroupWarps;
-  static_assert(kPrepareBlocksPerMultiprocessor * (Layout::kMap.bytes + 1024) <=
-                    kSm90aSharedMemory + 1024,
-                "the preparing blocks' memory exceeds a multiprocessor's");
   const int64_t slot = blockIdx.x;
   const int head = blockIdx.y;
   // The sequence whose chunks hold the slot: the last whose first slot is
@@ -102,13 +110,25 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
   // The generated prologue, a warp kPrologueTokens tokens at once (their
   // latency chains interleave), each warp's next tokens' inputs loaded
   // while it runs these. Tokens past the chunk's end run on zero inputs and
-  // store zero operands: no branch splits the tokens' code.
+  // store zero operands: no branch splits the tokens' code. Under a
+  // key-vector gate warp w takes tokens 8w..8w+7, a half sub-chunk, and
+  // sums their log-gates as it goes (prepareHalf); otherwise tokens w,
+  // w + 8, ...
   const typename Layout::Buffer buffer{0};
   const int warp = threadIdx.x / 32;
   using Unstaged = UnstagedLayer<Layer>;
   using Inputs = TokenInputs<Unstaged, T>;
-  constexpr int Tokens = kPrologueTokens;
+  constexpr int Tokens = kPrologueTokens, Rounds = C / (Tokens * Warps);
+  constexpr bool kHalves = Layer::kKeyGate == Gate::Vector;
   static_assert(C % (Tokens * Warps) == 0, "whole rounds of tokens");
+  static_assert(!kHalves || Rounds * Tokens == kHalfSubchunk,
+                "a warp's rounds make its half sub-chunk");
+  auto tokenOf = [&](int round, int j) {
+    if (round == Rounds)
+      return C;
+    return kHalves ? warp * kHalfSubchunk + round * Tokens + j
+                   : warp + (round * Tokens + j) * Warps;
+  };
   const HeadInputs<Unstaged, T> inputs(args, start, head);
   auto loadToken = [&](Inputs &to, int i) {
     if (i < length)
@@ -116,33 +136,47 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
     else
       to = Inputs{};
   };
+  HalfGates<Layer::K> gates{};
+  float running[HalfGates<Layer::K>::Slots] = {};
   Inputs next[Tokens];
 #pragma unroll
   for (int j = 0; j < Tokens; ++j)
-    loadToken(next[j], warp + j * Warps);
-  for (int i = warp; i < C; i += Tokens * Warps) {
+    loadToken(next[j], tokenOf(0, j));
+#pragma unroll 1
+  for (int round = 0; round < Rounds; ++round) {
     Inputs current[Tokens];
 #pragma unroll
     for (int j = 0; j < Tokens; ++j) {
       current[j] = next[j];
-      loadToken(next[j], i + (Tokens + j) * Warps);
+      loadToken(next[j], tokenOf(round + 1, j));
     }
     ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops[Tokens];
 #pragma unroll
     for (int j = 0; j < Tokens; ++j) {
       ops[j] = noOperands<Layer>();
       Layer::Chunk::prologue(
-          RegisterToken<Unstaged, T>{{args, start + i + j * Warps, head},
+          RegisterToken<Unstaged, T>{{args, start + tokenOf(round, j), head},
                                      current[j]},
           ops[j]);
     }
 #pragma unroll
-    for (int j = 0; j < Tokens; ++j)
-      storeOperands<Layer, Layout>(
-          buffer, i + j * Warps,
-          i + j * Warps < length ? ops[j] : noOperands<Layer>());
+    for (int j = 0; j < Tokens; ++j) {
+      const int i = tokenOf(round, j);
+      if (i >= length)
+        ops[j] = noOperands<Layer>();
+      storeOperands<Layer, Layout>(buffer, i, ops[j]);
+      if constexpr (kHalves) {
+#pragma unroll
+        for (int s = 0; s < HalfGates<Layer::K>::Slots; ++s)
+          running[s] += floorLogGate(ops[j].gk.x[s]);
+        gates.set(round * Tokens + j, running);
+      }
+    }
   }
   __syncthreads();
+  if constexpr (kHalves)
+    prepareHalf<Layer, Layout>(buffer, warp, threadIdx.x, gates,
+                               readScale<Layer>(args));
   prepareBuffer<Layer, Layout>(buffer, warp, threadIdx.x,
                                readScale<Layer>(args), true, true,
                                [] { __syncthreads(); });

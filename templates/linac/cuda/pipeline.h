@@ -39,7 +39,8 @@ extern __shared__ __align__(16) char pipelineShared[];
 /// pointer into it takes registers.
 template <typename Layer, PipelineBlock Block = PipelineBlock::Pipelined>
 struct PipelineLayout {
-  static constexpr PipelineMap kMap{Layer::K, Layer::V, Block};
+  static constexpr PipelineMap kMap{Layer::K, Layer::V, Block,
+                                    Layer::kKeyGate};
   static constexpr int C = kMap.C, KS = kMap.KS, VS = kMap.VS, PS = kMap.PS,
                        AS = kMap.AS, OS = kMap.OS, IS = kMap.IS;
   static_assert(kMap.bytes <= kSm90aSharedMemory,
@@ -48,9 +49,10 @@ struct PipelineLayout {
   template <typename E> LINAC_DEVICE static E *at(int64_t offset) {
     return reinterpret_cast<E *>(pipelineShared + offset);
   }
-  /// Buffer b: the log-gates, then their cumulative sums; the chunk's
-  /// total decay Gamma_C; k, then K (.) Gamma_C / Gamma; e, then W; u, then
-  /// U'; q, then Q (.) Gamma scale; P.
+  /// Buffer b: a scalar gate's log-gates, then their cumulative sums; the
+  /// chunk's total decay Gamma_C (a vector of K with a key-vector gate);
+  /// k, then K (.) Gamma_C / Gamma; e, then W; u, then U'; q, then
+  /// Q (.) Gamma scale; P.
   struct Buffer {
     int b;
     LINAC_DEVICE char *image() const { return at<char>(base()); }
@@ -66,6 +68,12 @@ struct PipelineLayout {
   LINAC_DEVICE static float *a() { return at<float>(kMap.a); }
   LINAC_DEVICE static float *inverses() { return at<float>(kMap.inverses); }
   LINAC_DEVICE static float *scratch() { return at<float>(kMap.scratch); }
+  /// Under a key-vector gate, each half sub-chunk's total log-gates (a
+  /// K-vector each), then the cumulative log-gates at each one's end.
+  LINAC_DEVICE static float *halfTotals() { return at<float>(kMap.halfGates); }
+  LINAC_DEVICE static float *halfEnds() {
+    return at<float>(kMap.halfGates) + C / kHalfSubchunk * kMap.K;
+  }
   LINAC_DEVICE static float *o() { return at<float>(kMap.o); }
   LINAC_DEVICE static uint64_t *barriers() { return at<uint64_t>(kMap.barriers); }
 };
@@ -251,7 +259,7 @@ LINAC_DEVICE void storeStateTiles(const StateTiles<Layer> &st,
 }
 
 /// Token i's prologue operands into a buffer: q, k, e and u as bf16 rows,
-/// the log-gate floored.
+/// a scalar log-gate floored (a key-vector gate's stays with its warp).
 template <typename Layer, typename Layout>
 LINAC_DEVICE void storeOperands(
     const typename Layout::Buffer &buffer, int i,
@@ -260,7 +268,8 @@ LINAC_DEVICE void storeOperands(
   ops.k.storeAligned(buffer.k() + i * Layout::KS);
   ops.e.storeAligned(buffer.w() + i * Layout::KS);
   ops.u.u.storeAligned(buffer.u() + i * Layout::VS);
-  if (laneId() == 0)
+  if constexpr (Layer::kKeyGate != Gate::Vector)
+    if (laneId() == 0)
     buffer.lambda()[i] =
         Layer::kKeyGate == Gate::Scalar ? floorLogGate(ops.gk) : 0.0f;
 }
@@ -272,8 +281,268 @@ LINAC_DEVICE ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> noOperands() {
   ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops;
   ops.q = ops.k = ops.e = WarpVec<Layer::K>::splat(0.0f);
   ops.u.u = WarpVec<Layer::V>::splat(0.0f);
-  ops.gk = 0.0f;
+  if constexpr (Layer::kKeyGate == Gate::Vector)
+    ops.gk = WarpVec<Layer::K>::splat(0.0f);
+  else
+    ops.gk = 0.0f;
   return ops;
+}
+
+/// A preparing warp's half sub-chunk under a key-vector gate: each token's
+/// cumulative log-gates from the half's start, its lanes' channels.
+/// Token t's are set and read by a runtime t through selects over every
+/// token, so that the rows stay in registers while the loops that reach
+/// them stay rolled (their unrolled code overflowed the instruction cache).
+template <int K> struct HalfGates {
+  static constexpr int Slots = WarpVec<K>::kSlots;
+  float x[kHalfSubchunk][Slots];
+
+  LINAC_DEVICE void set(int t, const float (&row)[Slots]) {
+#pragma unroll
+    for (int u = 0; u < kHalfSubchunk; ++u)
+#pragma unroll
+      for (int s = 0; s < Slots; ++s)
+        x[u][s] = u == t ? row[s] : x[u][s];
+  }
+  LINAC_DEVICE void get(int t, float (&row)[Slots]) const {
+#pragma unroll
+    for (int s = 0; s < Slots; ++s)
+      row[s] = x[0][s];
+#pragma unroll
+    for (int u = 1; u < kHalfSubchunk; ++u)
+#pragma unroll
+      for (int s = 0; s < Slots; ++s)
+        row[s] = u == t ? x[u][s] : row[s];
+  }
+};
+
+/// Sums each of a lane's partial sums over the warp, spending one shuffle
+/// a sum: each exchange gives half of them to the lane `offset` away.
+/// Returns this lane's sum and sets `index` to which of the N it is.
+template <int N>
+LINAC_DEVICE float warpSumsSpread(float (&x)[N], int &index) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0,
+                "a power of two, at most one a lane");
+  constexpr int Levels = N >= 32 ? 5 : N >= 16 ? 4 : N >= 8 ? 3 : N >= 4 ? 2
+                        : N >= 2  ? 1
+                                  : 0;
+  const int lane = laneId();
+  index = 0;
+#pragma unroll
+  for (int level = 0; level < 5; ++level) {
+    const int offset = 16 >> level;
+    if (level >= Levels) {
+      x[0] += __shfl_xor_sync(0xffffffffu, x[0], offset);
+      continue;
+    }
+    const int half = N >> (level + 1);
+    const bool upper = lane & offset;
+#pragma unroll
+    for (int t = 0; t < N / 2; ++t) {
+      if (t >= half)
+        break;
+      const float send = upper ? x[t] : x[t + half];
+      const float keep = upper ? x[t + half] : x[t];
+      x[t] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+    if (upper)
+      index += half;
+  }
+  return x[0];
+}
+
+/// What a preparing warp does under a key-vector gate with its half
+/// sub-chunk h (rows 8h..8h+7, their prologue run and their cumulative
+/// log-gates from the half's start in `gates`), before the block's products:
+/// the half's end Lambda_h (the cumulative log-gates there, from the
+/// halves' totals) and, for the last, the chunk's decay vector; P and A
+/// between the half's tokens, pair by pair in fp32; then its rows in place
+/// to the half's references, so that no factor exceeds 1 however strong the
+/// gates: q and e times e^(lambda_i - Lambda_h-1), k times
+/// e^(Lambda_h - lambda_j). Also zeros P and A above the diagonal and A on it.
+template <typename Layer, typename Layout>
+LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
+                              int thread, const HalfGates<Layer::K> &gates,
+                              float scale) {
+  constexpr int C = Layout::C, K = Layer::K, KS = Layout::KS,
+                PS = Layout::PS, AS = Layout::AS;
+  constexpr int Slots = HalfGates<K>::Slots, Half = kHalfSubchunk,
+                GroupThreads = 32 * kPipelineGroupWarps;
+  static_assert(C == Half * kPipelineGroupWarps, "a warp a half sub-chunk");
+  const int lane = laneId();
+  auto channel = [&](int s) { return lane * Slots + s; };
+  float *totals = Layout::halfTotals(), *ends = Layout::halfEnds();
+#pragma unroll
+  for (int s = 0; s < Slots; ++s)
+    if (channel(s) < K)
+      totals[h * K + channel(s)] = gates.x[Half - 1][s];
+  for (int e = thread; e < C * C; e += GroupThreads) {
+    const int i = e / C, j = e % C;
+    if (j > i)
+      buffer.p()[i * PS + j] = __float2bfloat16(0.0f);
+    if (j >= i)
+      Layout::a()[i * AS + j] = 0.0f;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < Slots; ++s) {
+    if (channel(s) >= K)
+      continue;
+    float end = gates.x[Half - 1][s];
+    for (int g = 0; g < h; ++g)
+      end += totals[g * K + channel(s)];
+    ends[h * K + channel(s)] = end;
+    if (h == kPipelineGroupWarps - 1)
+      buffer.decay()[channel(s)] = __expf(end);
+  }
+
+  // P_ij and A_ij for tokens i >= j of the half, a row i at a time: P's
+  // sums at j, A's at 8 + j, a lane's over its channels, then over the
+  // warp.
+  const int first = h * Half;
+  auto row = [&](const __nv_bfloat16 *m, int t) {
+    return WarpVec<K>::loadAligned(m + (first + t) * KS);
+  };
+#pragma unroll 1
+  for (int i = 0; i < Half; ++i) {
+    float gi[Slots];
+    gates.get(i, gi);
+    const WarpVec<K> q = row(buffer.q(), i), e = row(buffer.w(), i);
+    float sums[2 * Half];
+#pragma unroll
+    for (int j = 0; j < Half; ++j) {
+      float p = 0.0f, a = 0.0f;
+      if (j <= i) {
+        const WarpVec<K> k = row(buffer.k(), j);
+#pragma unroll
+        for (int s = 0; s < Slots; ++s) {
+          const float key = k.x[s] * __expf(gi[s] - gates.x[j][s]);
+          p += q.x[s] * key;
+          a += e.x[s] * key;
+        }
+      }
+      sums[j] = p;
+      sums[Half + j] = j < i ? a : 0.0f;
+    }
+    int index;
+    const float sum = warpSumsSpread(sums, index);
+    if (lane % 2 == 0) {
+      if (index <= i)
+        buffer.p()[(first + i) * PS + first + index] =
+            __float2bfloat16(sum * scale);
+      else if (index >= Half && index - Half < i)
+        Layout::a()[(first + i) * AS + first + index - Half] = sum;
+    }
+  }
+  __syncwarp();
+#pragma unroll 1
+  for (int t = 0; t < Half; ++t) {
+    float gt[Slots];
+    gates.get(t, gt);
+    WarpVec<K> q = row(buffer.q(), t), e = row(buffer.w(), t),
+               k = row(buffer.k(), t);
+#pragma unroll
+    for (int s = 0; s < Slots; ++s) {
+      const float gate = __expf(gt[s]);
+      q.x[s] *= gate;
+      e.x[s] *= gate;
+      k.x[s] *= __expf(gates.x[Half - 1][s] - gt[s]);
+    }
+    q.storeAligned(buffer.q() + (first + t) * KS);
+    e.storeAligned(buffer.w() + (first + t) * KS);
+    k.storeAligned(buffer.k() + (first + t) * KS);
+  }
+}
+
+/// P and A under a key-vector gate between tokens of different halves,
+/// from the rows prepareHalf left: warp p takes sub-chunk p % 4's rows of P
+/// (p < 4) or A. Against an earlier sub-chunk's half n the factor between
+/// the references, e^(Lambda_h-1 - Lambda_n), splits at the sub-chunk's
+/// start into a row factor (the second half's e^(Lambda_2b - Lambda_2b-1))
+/// and a column factor e^(Lambda_2b-1 - Lambda_n), both at most 1; against
+/// the sub-chunk's own first half it is 1. Then, once `prepared` has every
+/// warp past its products, the rows become the state's operands:
+/// Q (.) Gamma scale, E (.) Gamma and K (.) Gamma_C / Gamma.
+template <typename Layer, typename Layout, typename Sync>
+LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
+                                    int p, int thread, float scale, bool reads,
+                                    Sync prepared) {
+  constexpr int C = Layout::C, K = Layer::K, KS = Layout::KS,
+                PS = Layout::PS, AS = Layout::AS;
+  constexpr int KeySteps = K / 16, Half = kHalfSubchunk,
+                GroupThreads = 32 * kPipelineGroupWarps;
+  constexpr int EarlierTiles = C / Half - 2;
+  const float *ends = Layout::halfEnds();
+  auto end = [&](int half, int d) { return ends[half * K + d]; };
+  // e^(Lambda_x - Lambda_y) at channels d and d + 1, packed pairs scaled.
+  auto factors = [&](uint32_t pair, int x, int y, int d) {
+    return scalePair(pair, __expf(end(x, d) - end(y, d)),
+                     __expf(end(x, d + 1) - end(y, d + 1)));
+  };
+  const bool query = p < 4;
+  const int b = p % 4, rows = 16 * b;
+  if (!query || reads) {
+    const __nv_bfloat16 *x = query ? buffer.q() : buffer.w();
+    float acc[EarlierTiles][4];
+    zero(acc);
+    const int earlier = 2 * b;
+#pragma unroll 1
+    for (int ks = 0; ks < KeySteps; ++ks) {
+      if (b == 0)
+        break;
+      uint32_t a[4];
+      fragmentA(a, SharedRows{x, KS, rows}, ks * 16);
+      const int d = ks * 16 + (laneId() & 3) * 2;
+      a[1] = factors(a[1], earlier, earlier - 1, d);
+      a[3] = factors(a[3], earlier, earlier - 1, d + 8);
+#pragma unroll
+      for (int n = 0; n < EarlierTiles; ++n) {
+        if (n >= earlier)
+          break;
+        uint32_t keys[2];
+        fragmentB(keys, SharedRows{buffer.k(), KS, 0}, ks * 16, n * 8);
+        if (n < earlier - 1) {
+          keys[0] = factors(keys[0], earlier - 1, n, d);
+          keys[1] = factors(keys[1], earlier - 1, n, d + 8);
+        }
+        mma(acc[n], a, keys);
+      }
+    }
+    float cross[1][4];
+    zero(cross);
+    warpProduct<1, KeySteps>(cross, SharedRows{x, KS, rows},
+                             SharedRows{buffer.k(), KS, rows});
+    auto store = [&](int i, int j, float lo, float hi) {
+      if (query)
+        *reinterpret_cast<uint32_t *>(buffer.p() + i * PS + j) =
+            pack(lo * scale, hi * scale);
+      else
+        *reinterpret_cast<float2 *>(Layout::a() + i * AS + j) =
+            make_float2(lo, hi);
+    };
+#pragma unroll
+    for (int n = 0; n < EarlierTiles; ++n)
+      if (n < earlier)
+        for (int r = 0; r < 4; r += 2)
+          store(rows + accRow(r), n * 8 + accCol(r), acc[n][r], acc[n][r + 1]);
+    // The second half's rows against the first half's keys.
+    store(rows + accRow(2), rows + accCol(2), cross[0][2], cross[0][3]);
+  }
+  prepared();
+
+  for (int e = thread; e < C * K / 2; e += GroupThreads) {
+    const int i = e / (K / 2), d = e % (K / 2) * 2, h = i / Half;
+    auto rescale = [&](__nv_bfloat16 *m, float low, float high) {
+      uint32_t *pair = reinterpret_cast<uint32_t *>(m + i * KS + d);
+      *pair = scalePair(*pair, low, high);
+    };
+    const float lo = h > 0 ? __expf(end(h - 1, d)) : 1.0f,
+                hi = h > 0 ? __expf(end(h - 1, d + 1)) : 1.0f;
+    rescale(buffer.q(), lo * scale, hi * scale);
+    rescale(buffer.w(), lo, hi);
+    rescale(buffer.k(), __expf(end(C / Half - 1, d) - end(h, d)),
+            __expf(end(C / Half - 1, d + 1) - end(h, d + 1)));
+  }
 }
 
 /// Prepares a buffer whose rows hold a chunk's prologue operands, by a
@@ -311,6 +580,9 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
         *buffer.decay() = __expf(inclusive);
     }
     prepared();
+  } else if constexpr (G == Gate::Vector) {
+    // prepareHalf has run: every warp's rows and the halves' ends are in.
+    prepared();
   } else if (thread == 0) {
     *buffer.decay() = 1.0f;
   }
@@ -321,35 +593,40 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
   // 3. P_ij = scale q_i.k_j e^(lambda_i - lambda_j) for j <= i, and A_ij
   // = e_i.k_j e^(lambda_i - lambda_j) for j < i: one 16 x 16 block of
   // either a task, those above the diagonal zero.
-  for (int task = p; task < 32; task += GroupWarps) {
-    const bool query = task < 16;
-    const int rows = task % 4 * 16, keys = task / 4 % 4 * 16;
-    if (query && !reads)
-      continue;
-    float acc[2][4];
-    zero(acc);
-    if (keys <= rows)
-      warpProduct<2, KeySteps>(acc,
-                               SharedRows{query ? buffer.q() : buffer.w(), KS,
-                                          rows},
-                               SharedRows{buffer.k(), KS, keys});
-    for (int n = 0; n < 2; ++n)
-      for (int r = 0; r < 4; r += 2) {
-        const int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
-        float x[2];
-        for (int h = 0; h < 2; ++h) {
-          const bool kept = query ? j + h <= i : j + h < i;
-          x[h] = kept ? acc[n][r + h] * __expf(lambda(i) - lambda(j + h)) *
-                            (query ? scale : 1.0f)
-                      : 0.0f;
+  if constexpr (G == Gate::Vector) {
+    keyVectorProducts<Layer, Layout>(buffer, p, thread, scale, reads,
+                                     prepared);
+  } else {
+    for (int task = p; task < 32; task += GroupWarps) {
+      const bool query = task < 16;
+      const int rows = task % 4 * 16, keys = task / 4 % 4 * 16;
+      if (query && !reads)
+        continue;
+      float acc[2][4];
+      zero(acc);
+      if (keys <= rows)
+        warpProduct<2, KeySteps>(acc,
+                                 SharedRows{query ? buffer.q() : buffer.w(), KS,
+                                            rows},
+                                 SharedRows{buffer.k(), KS, keys});
+      for (int n = 0; n < 2; ++n)
+        for (int r = 0; r < 4; r += 2) {
+          const int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
+          float x[2];
+          for (int h = 0; h < 2; ++h) {
+            const bool kept = query ? j + h <= i : j + h < i;
+            x[h] = kept ? acc[n][r + h] * __expf(lambda(i) - lambda(j + h)) *
+                              (query ? scale : 1.0f)
+                        : 0.0f;
+          }
+          if (query)
+            *reinterpret_cast<uint32_t *>(buffer.p() + i * PS + j) =
+                pack(x[0], x[1]);
+          else
+            *reinterpret_cast<float2 *>(Layout::a() + i * AS + j) =
+                make_float2(x[0], x[1]);
         }
-        if (query)
-          *reinterpret_cast<uint32_t *>(buffer.p() + i * PS + j) =
-              pack(x[0], x[1]);
-        else
-          *reinterpret_cast<float2 *>(Layout::a() + i * AS + j) =
-              make_float2(x[0], x[1]);
-      }
+    }
   }
   prepared();
 
@@ -481,7 +758,7 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
   solved(std::integral_constant<int, V / 16>{}, buffer.u(), VS, false,
          !values);
   solved(std::integral_constant<int, K / 16>{}, buffer.w(), KS, true, false);
-  {
+  if constexpr (G != Gate::Vector) {
     const float last = lambda(C - 1);
     for (int e = thread; e < C * K / 2; e += GroupThreads) {
       const int i = e / (K / 2), d = e % (K / 2) * 2;
@@ -577,13 +854,25 @@ LINAC_DEVICE void advanceState(StateTiles<Layer> &st,
                       accRow(r)] = out[n][r];
     }
   }
-  // S^T <- Gamma_C S^T + Delta^T K'.
-  const float decay = *buffer.decay();
+  // S^T <- Gamma_C S^T + Delta^T K', Gamma_C a factor a key with a
+  // key-vector gate.
+  if constexpr (Layer::kKeyGate == Gate::Vector) {
 #pragma unroll
-  for (int n = 0; n < KeyTiles; ++n)
+    for (int n = 0; n < KeyTiles; ++n) {
+      const float2 decay = *reinterpret_cast<const float2 *>(
+          buffer.decay() + n * 8 + accCol(0));
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
-      st[n][r] *= decay;
+      for (int r = 0; r < 4; ++r)
+        st[n][r] *= r % 2 ? decay.y : decay.x;
+    }
+  } else {
+    const float decay = *buffer.decay();
+#pragma unroll
+    for (int n = 0; n < KeyTiles; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        st[n][r] *= decay;
+  }
   warpProduct<KeyTiles, ChunkSteps>(st, RegisterA<ChunkSteps>{deltaFragments},
                                     SharedColumns{buffer.k(), KS, 0});
 }

@@ -47,8 +47,9 @@ def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
     Option<"chunkKernel", "chunk-kernel", "std::string", "\"auto\"",
            "A GPU's chunkwise kernels: auto (the default: lockstep, and the "
            "phased kernels for the shapes they win at where the layer has "
-           "them), lockstep, pipelined, or phased (always); the last two "
-           "for an erase under no gate or a scalar one, on sm_90a">,
+           "them), lockstep, pipelined (an erase under no gate or a scalar "
+           "one), or phased (always; an erase under any key-side gate or "
+           "none); the last two on sm_90a">,
   ];
   let dependentDialects = ["::linac::LinacDialect"];
 }

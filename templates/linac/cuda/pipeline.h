@@ -268,10 +268,11 @@ LINAC_DEVICE void storeOperands(
   ops.k.storeAligned(buffer.k() + i * Layout::KS);
   ops.e.storeAligned(buffer.w() + i * Layout::KS);
   ops.u.u.storeAligned(buffer.u() + i * Layout::VS);
-  if constexpr (Layer::kKeyGate != Gate::Vector)
+  if constexpr (Layer::kKeyGate != Gate::Vector) {
     if (laneId() == 0)
-    buffer.lambda()[i] =
-        Layer::kKeyGate == Gate::Scalar ? floorLogGate(ops.gk) : 0.0f;
+      buffer.lambda()[i] =
+          Layer::kKeyGate == Gate::Scalar ? floorLogGate(ops.gk) : 0.0f;
+  }
 }
 
 /// The operands of a row past the chunk's last token: zeros, which change
@@ -323,9 +324,8 @@ template <int N>
 LINAC_DEVICE float warpSumsSpread(float (&x)[N], int &index) {
   static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0,
                 "a power of two, at most one a lane");
-  constexpr int Levels = N >= 32 ? 5 : N >= 16 ? 4 : N >= 8 ? 3 : N >= 4 ? 2
-                        : N >= 2  ? 1
-                                  : 0;
+  // log2(N): the exchanges that halve the sums; the rest add one sum.
+  constexpr int Levels = (N >= 2) + (N >= 4) + (N >= 8) + (N >= 16) + (N >= 32);
   const int lane = laneId();
   index = 0;
 #pragma unroll

@@ -202,7 +202,7 @@ void Package::readManifest(const std::string &path, Package *package) {
     package->preparingKernels_ = kernelsOf(info.phased->prepare);
     package->phasedKernels_ = kernelsOf(info.phased->state);
     package->preparedChunkBytes_ = info.phased->chunkBytes;
-    package->phasedAlways_ = info.phased->use == manifest::PhasedUse::Always;
+    package->phasedUse_ = info.phased->use;
   }
   package->decodeKernels_ = kernelsOf(info.decode.kernels);
   package->decodeParts_ = info.decode.parts.value();

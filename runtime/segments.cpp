@@ -57,8 +57,13 @@ double modelledChunks(const SegmentShape &shape, int64_t most) {
          passTime(longest, finish, multiprocessors) + double(2 + composed);
 }
 
-bool phasedWorkspaceFits(size_t workspaceBytes,
-                         const std::function<size_t()> &freeBytes) {
+bool takesPhased(manifest::PhasedUse use, bool segmented,
+                 size_t workspaceBytes,
+                 const std::function<size_t()> &freeBytes) {
+  if (use == manifest::PhasedUse::Always)
+    return true;
+  if (use == manifest::PhasedUse::Segmented && !segmented)
+    return false;
   return workspaceBytes <= freeBytes() / 2;
 }
 

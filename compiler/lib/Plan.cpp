@@ -317,9 +317,9 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.subchunkSize = 16;
   if (gpu) {
     // One program per (sequence, head): sixteen warps, the state in their
-    // registers. An erase also has kernels of warp groups where their
-    // buffers fit (the pipelined one under no gate or a scalar one, the
-    // phased ones under any key-side gate). chunk-kernel=pipelined makes
+    // registers. A key-side gate or none also has kernels of warp groups
+    // where their buffers fit: the phased ones, with an erase or without,
+    // and with an erase under no gate or a scalar one the pipelined one. chunk-kernel=pipelined makes
     // the chunkwise entry the pipelined kernel: one group of warps prepares
     // the next chunk (the intra-chunk products and the solve) while the
     // other advances the state through the current one; on an H200 it
@@ -331,17 +331,17 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // DeltaNet at B1 T32768 H16, 1.10x slower at B8 T4096 H16, version
     // 18), or always with chunk-kernel=phased.
     int keys = int(state.getKeyDim()), values = int(valueDim);
-    bool grouped = target == manifest::Target::Sm90a &&
-                   form.erase != Strength::None && !form.normalizer &&
+    bool erase = form.erase != Strength::None;
+    bool grouped = target == manifest::Target::Sm90a && !form.normalizer &&
                    !form.readBefore && keys % 16 == 0 && values % 16 == 0 &&
                    values <= 16 * cuda::kPipelineGroupWarps;
     cuda::Gate gate = keyGate(form);
     int64_t pipelinedBytes = cuda::PipelineMap(keys, values).bytes;
     cuda::PipelineMap phasedState(keys, values, cuda::PipelineBlock::State,
-                                  gate);
+                                  gate, erase);
     cuda::PipelineMap prepare(keys, values, cuda::PipelineBlock::Prepare,
-                              gate);
-    bool pipelined = grouped && gate != cuda::Gate::Vector &&
+                              gate, erase);
+    bool pipelined = grouped && erase && gate != cuda::Gate::Vector &&
                      chunkKernel == "pipelined" &&
                      pipelinedBytes <= sharedMemoryLimit(target);
     bool phased = grouped &&
@@ -355,7 +355,14 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
       plan.lateSharedInputs.emplace();
     }
     if (phased) {
+      // Without an erase under a scalar gate or none, the preparing kernel
+      // stores more than the lockstep kernel's prologue saves when the
+      // batch's sequences fill the GPU whole (on an H200 at B8 T4096 H16,
+      // linear attention 0.449 against 0.341 ms); they win once it is cut
+      // into segments (bench/history/forward-chunkwise.md, version 23).
+      bool cheapPrologue = !erase && gate != cuda::Gate::Vector;
       plan.phased = chunkKernel == "phased" ? manifest::PhasedUse::Always
+                    : cheapPrologue         ? manifest::PhasedUse::Segmented
                                             : manifest::PhasedUse::ByShape;
       plan.phasedBlockThreads = plan.prepareBlockThreads =
           cuda::kPhasedThreads;
@@ -376,7 +383,6 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // blocks, which the compose kernel multiplies in shared memory;
     // otherwise it is the segment's total log-gates (segmentComposeKernel
     // in templates/linac/cuda/chunk.h).
-    bool erase = form.erase != Strength::None;
     int keyDim = int(state.getKeyDim());
     plan.transitionBlocks =
         cuda::transitionBlocks(keyDim, int(valueDim), erase);
@@ -430,10 +436,12 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       if (gpu && asked && chunkable && !taken) {
         layer.emitError()
             << "chunk-kernel=" << chunkKernel << ": the " << chunkKernel
-            << " kernel takes an erase under "
-            << (chunkKernel == "pipelined" ? "no gate or a scalar one"
-                                           : "any key-side gate or none")
-            << ", without a normaliser, the read after the write, K and V "
+            << " kernel takes "
+            << (chunkKernel == "pipelined"
+                    ? "an erase under no gate or a scalar one"
+                    : "any key-side gate or none")
+            << ", without a normaliser, a value-side decay, the read after "
+               "the write, K and V "
                "multiples of 16 with V at most "
             << 16 * cuda::kPipelineGroupWarps
             << ", on sm_90a (it sets each warp group's registers or moves "

@@ -29,7 +29,7 @@
 // CPU: linac.layer @gated_delta
 // CPU-NOT: chunk_kernel
 // sm_80 can neither set each warp group's registers nor make bulk copies.
-// SM80: error: chunk-kernel=pipelined: the pipelined kernel takes an erase under no gate or a scalar one, without a normaliser, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a (it sets each warp group's registers or moves chunks by bulk copies)
+// SM80: error: chunk-kernel=pipelined: the pipelined kernel takes an erase under no gate or a scalar one, without a normaliser, a value-side decay, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a (it sets each warp group's registers or moves chunks by bulk copies)
 // BADVALUE: error: chunk-kernel must be auto, lockstep, pipelined or phased, got 'fast'
 
 // The phased kernels always on request, beside the lockstep entry: a state
@@ -40,7 +40,7 @@
 // PHASED-SAME: block_threads = 512
 // PHASED-SAME: chunk_kernel = "lockstep"
 // PHASED-SAME: phased = "always", phased_block_threads = 256 : i64, phased_shared_memory = 192048 : i64, prepare_block_threads = 256 : i64, prepare_shared_memory = 105744 : i64, prepared_chunk_bytes = 79120 : i64
-// PHASED-SM80: error: chunk-kernel=phased: the phased kernel takes an erase under any key-side gate or none, without a normaliser, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a
+// PHASED-SM80: error: chunk-kernel=phased: the phased kernel takes any key-side gate or none, without a normaliser, a value-side decay, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a
 
 !key = tensor<128xf32, #linac.key>
 !value = tensor<128xf32, #linac.value>

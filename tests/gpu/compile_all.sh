@@ -4,8 +4,9 @@
 # a cache of its own so that nvcc builds each; on sm_90a, the specs named
 # grouped_* and the examples of an erase under a scalar gate or none also
 # into OUT/KERNEL_NAME.linac for the pipelined, phased and lockstep
-# chunkwise kernels, and those of an erase under a key-vector gate for the
-# phased and lockstep ones. tests/gpu/prepare.sh uses it
+# chunkwise kernels, and those of an erase under a key-vector gate and
+# those without an erase under no gate, a scalar one and a key-vector one
+# for the phased and lockstep ones. tests/gpu/prepare.sh uses it
 # for the GPU check; ctest runs it for sm_90a and sm_80 without a GPU, where
 # the generated sources' static_asserts hold the plan's numbers to the
 # kernels' headers.
@@ -37,7 +38,9 @@ if [[ $target == sm_90a ]]; then
         --chunk-kernel=$kernel
     done
   done
-  for spec in examples/kda.mlir examples/gdn2.mlir; do
+  for spec in examples/kda.mlir examples/gdn2.mlir \
+              examples/linear_attention.mlir examples/mamba2.mlir \
+              examples/gla.mlir; do
     for kernel in phased lockstep; do
       compile "$spec" "${kernel}_$(basename "$spec" .mlir)" \
         --chunk-kernel=$kernel

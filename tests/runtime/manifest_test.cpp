@@ -191,7 +191,7 @@ TEST(Manifest, PhasedKernelsFollowThePlan) {
       {[](auto &m) { m["phased"]["chunk_bytes"] = 4100; },
        "phased.chunk_bytes 4100 is not a multiple of 16"},
       {[](auto &m) { m["phased"]["use"] = "never"; },
-       "phased.use is \"never\"; expected by_shape or always"},
+       "phased.use is \"never\"; expected by_shape, segmented or always"},
       {[](auto &m) { m["phased"]["prepare"][0].erase("shared_memory"); },
        "phased.prepare[0] 'linac_prepare_bfloat16' has no block_threads or "
        "shared_memory"},

@@ -18,7 +18,8 @@ namespace {
 
 using linac::cutSegments;
 using linac::modelledChunks;
-using linac::phasedWorkspaceFits;
+using linac::takesPhased;
+using linac::manifest::PhasedUse;
 using linac::SegmentShape;
 
 SegmentShape uniform(int64_t batch, int64_t tokens, int64_t heads,
@@ -133,17 +134,33 @@ TEST(Segments, EveryCutCoversItsSequences) {
 
 } // namespace
 
-TEST(Segments, PhasedKernelsWhereTheirWorkspaceFits) {
+TEST(Segments, PhasedKernelsByTheirUseAndWorkspace) {
   constexpr size_t kFree = size_t(100) << 30;
   int reads = 0;
   auto freeBytes = [&] {
     ++reads;
     return kFree;
   };
-  // A workspace of half the free memory or less takes the phased kernels,
-  // whatever the batch; more keeps the chunkwise entry.
-  EXPECT_TRUE(phasedWorkspaceFits(1, freeBytes));
-  EXPECT_TRUE(phasedWorkspaceFits(kFree / 2, freeBytes));
-  EXPECT_FALSE(phasedWorkspaceFits(kFree / 2 + 1, freeBytes));
-  EXPECT_EQ(reads, 3);
+  // By shape, a workspace of half the free memory or less takes the phased
+  // kernels, whether the batch is cut or not; more keeps the chunkwise
+  // entry.
+  for (bool segmented : {false, true}) {
+    EXPECT_TRUE(takesPhased(PhasedUse::ByShape, segmented, 1, freeBytes));
+    EXPECT_TRUE(
+        takesPhased(PhasedUse::ByShape, segmented, kFree / 2, freeBytes));
+    EXPECT_FALSE(
+        takesPhased(PhasedUse::ByShape, segmented, kFree / 2 + 1, freeBytes));
+  }
+  EXPECT_EQ(reads, 6);
+  // Segmented: only a batch cut into segments, and there as by shape; a
+  // whole batch does not ask for the free memory.
+  EXPECT_FALSE(takesPhased(PhasedUse::Segmented, false, 1, freeBytes));
+  EXPECT_EQ(reads, 6);
+  EXPECT_TRUE(takesPhased(PhasedUse::Segmented, true, kFree / 2, freeBytes));
+  EXPECT_FALSE(
+      takesPhased(PhasedUse::Segmented, true, kFree / 2 + 1, freeBytes));
+  EXPECT_EQ(reads, 8);
+  // Always: whatever the workspace, without asking.
+  EXPECT_TRUE(takesPhased(PhasedUse::Always, false, 4 * kFree, freeBytes));
+  EXPECT_EQ(reads, 8);
 }

@@ -49,8 +49,9 @@ enum class ReadOrder { After, Before };
 enum class GateNumerics { None, ScalarTile, Reference, Pairwise, Subchunk };
 enum class ChunkKernel { Lockstep, Pipelined };
 /// When a package's phased kernels run instead of its chunkwise entry:
-/// for the shapes the runtime finds them faster at, or always.
-enum class PhasedUse { ByShape, Always };
+/// for the shapes the runtime finds them faster at, for those only when it
+/// also cuts the batch into segments, or always.
+enum class PhasedUse { ByShape, Segmented, Always };
 /// The instructions a CPU kernel file needs beyond x86-64's baseline.
 enum class CpuIsa { Baseline, Avx2Fma };
 enum class StateLayout { KeyMajor };
@@ -96,6 +97,7 @@ LINAC_ENUM_NAMES(GateNumerics, {{GateNumerics::None, "none"},
 LINAC_ENUM_NAMES(ChunkKernel, {{ChunkKernel::Lockstep, "lockstep"},
                                {ChunkKernel::Pipelined, "pipelined"}})
 LINAC_ENUM_NAMES(PhasedUse, {{PhasedUse::ByShape, "by_shape"},
+                             {PhasedUse::Segmented, "segmented"},
                              {PhasedUse::Always, "always"}})
 LINAC_ENUM_NAMES(CpuIsa, {{CpuIsa::Baseline, "baseline"},
                           {CpuIsa::Avx2Fma, "avx2_fma"}})

@@ -292,10 +292,10 @@ private:
   int64_t transitionBlocks_ = 0;
   /// A package's phased kernels (the manifest's phased): preparing and
   /// state kernels, one of each per chunkwise dtype, the workspace bytes a
-  /// chunk slot and head take, and whether they always run.
+  /// chunk slot and head take, and when they run.
   std::vector<CudaKernel> preparingKernels_, phasedKernels_;
   int64_t preparedChunkBytes_ = 0;
-  bool phasedAlways_ = false;
+  manifest::PhasedUse phasedUse_ = manifest::PhasedUse::ByShape;
   std::unique_ptr<cuda::ModuleCache> modules_; ///< the cubin, per context
 };
 

@@ -7,7 +7,8 @@
 // cut, if any, comes from a model of each pass's time in chunks: waves of
 // its longest block over the multiprocessors, and a chunk's worth for each
 // launch and each composed segment. Whether a package's phased kernels run
-// instead of its chunkwise entry depends on their workspace alone.
+// instead of its chunkwise entry depends on the plan's rule, their
+// workspace and whether the batch is cut.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,7 @@
 #define LINAC_SEGMENTS_H
 
 #include "linac/cuda/abi.h"
+#include "linac/manifest.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -50,14 +52,18 @@ std::vector<linac_cuda_segment> cutSegments(const SegmentShape &shape,
 double modelledChunks(const SegmentShape &shape, int64_t chunks);
 
 /// Whether a forward takes a package's phased kernels
-/// (templates/linac/cuda/phased.h) instead of its chunkwise entry where the
-/// plan lets the runtime choose: when their workspace of `workspaceBytes`
-/// takes at most half the device's free memory (`freeBytes`). On an H200
-/// they are the faster at every shape measured, from 32 to 1024 (sequence,
-/// head) pairs, whole or cut into segments
-/// (bench/history/forward-chunkwise.md, version 21).
-bool phasedWorkspaceFits(size_t workspaceBytes,
-                         const std::function<size_t()> &freeBytes);
+/// (templates/linac/cuda/phased.h) instead of its chunkwise entry: always
+/// under PhasedUse::Always; otherwise when their workspace of
+/// `workspaceBytes` takes at most half the device's free memory
+/// (`freeBytes`, asked only then) and, under PhasedUse::Segmented, the
+/// batch is cut into segments (`segmented`). On an H200 the phased kernels
+/// of the delta rule and of key-vector gates are the faster at every shape
+/// measured, from 32 to 1024 (sequence, head) pairs, whole or cut
+/// (bench/history/forward-chunkwise.md, versions 21 and 23); those without
+/// an erase under a scalar gate or none only where the batch is cut.
+bool takesPhased(manifest::PhasedUse use, bool segmented,
+                 size_t workspaceBytes,
+                 const std::function<size_t()> &freeBytes);
 
 } // namespace linac
 

@@ -154,30 +154,34 @@ enum class PipelineBlock { Pipelined, Prepare, State };
 /// without reads, the whole image with them.
 struct PipelineMap {
   int C, K, V, KS, VS, PS, AS, OS, IS;
-  int64_t lambda, decay, k, w, u, q, p, bufferBytes, a, inverses, scratch,
+  int64_t lambda, logDecay, k, w, u, q, p, bufferBytes, a, inverses, scratch,
       halfGates, o, barriers, bytes;
 
   /// `gate` Vector: a gate per key channel (phased kernels only), whose
   /// chunk decay is a vector and whose preparing block keeps each half
-  /// sub-chunk's total log-gates and their cumulative sums.
+  /// sub-chunk's total log-gates and their cumulative sums. Without an
+  /// `erase` (phased kernels only) a buffer has no W and a preparing block
+  /// no triangular solve: Delta is U.
   LINAC_GEOMETRY PipelineMap(int keys, int values,
                              PipelineBlock block = PipelineBlock::Pipelined,
-                             Gate gate = Gate::Scalar)
+                             Gate gate = Gate::Scalar, bool erase = true)
       : C(kChunkSize), K(keys), V(values), KS(K + 8), VS(V + 8), PS(C + 8),
         AS(C + 4), OS(V + 4), IS(20), lambda(0),
-        decay(lambda + 4 * C),
-        k(decay + (gate == Gate::Vector ? 4 * K : 16)), w(k + 2 * C * KS),
-        u(w + 2 * C * KS), q(u + 2 * C * VS), p(q + 2 * C * KS),
+        logDecay(lambda + 4 * C),
+        k(logDecay + (gate == Gate::Vector ? 4 * K : 16)), w(k + 2 * C * KS),
+        u(w + (erase ? 2 * C * KS : 0)), q(u + 2 * C * VS), p(q + 2 * C * KS),
         bufferBytes(p + 2 * C * PS),
-        // C log-gates and the chunk's decay (a float, or K); bf16 C x KS:
-        // k, w; C x VS: u; C x KS: q; C x PS: P; then fp32 T (C x AS), the
-        // diagonal blocks' inverses (C x IS), a 16 x 8 tile a preparing
-        // warp, a key-vector gate's two K-vectors a half sub-chunk, the
-        // reads (C x OS) and two mbarriers.
+        // C log-gates and the chunk's total log-gate (a float, or K); bf16
+        // C x KS: k, w (with an erase); C x VS: u; C x KS: q; C x PS: P;
+        // then, in a block that prepares with an erase, fp32 T (C x AS),
+        // the diagonal blocks' inverses (C x IS) and a 16 x 8 tile a
+        // preparing warp; a key-vector gate's two K-vectors a half
+        // sub-chunk, the reads (C x OS) and two mbarriers.
         a((block == PipelineBlock::Prepare ? 1 : 2) * bufferBytes),
-        inverses(a + (block != PipelineBlock::State ? 4 * C * AS : 0)),
-        scratch(inverses + (block != PipelineBlock::State ? 4 * C * IS : 0)),
-        halfGates(scratch + (block != PipelineBlock::State
+        inverses(a + (block != PipelineBlock::State && erase ? 4 * C * AS : 0)),
+        scratch(inverses +
+                (block != PipelineBlock::State && erase ? 4 * C * IS : 0)),
+        halfGates(scratch + (block != PipelineBlock::State && erase
                                  ? 4 * kPipelineGroupWarps *
                                        kPipelineScratchFloats
                                  : 0)),

@@ -1,6 +1,7 @@
 //===- phased.h - the phased chunkwise kernels -------------------*- C++ -*-===//
 //
-// The chunkwise algorithm with an erase (docs/design.md) in two phases:
+// The chunkwise algorithm (docs/design.md), with an erase or without, in
+// two phases:
 //
 //   prepare (linac_prepare_*), one block a chunk and head, every chunk of
 //     the batch at once: the generated prologue of the chunk's tokens and
@@ -31,12 +32,14 @@ inline constexpr int kPrologueTokens = 2;
 
 template <typename Layer> constexpr size_t phasedSharedBytes() {
   return size_t(
-      PipelineMap(Layer::K, Layer::V, PipelineBlock::State, Layer::kKeyGate)
+      PipelineMap(Layer::K, Layer::V, PipelineBlock::State, Layer::kKeyGate,
+                  Layer::kErase)
           .bytes);
 }
 template <typename Layer> constexpr size_t prepareSharedBytes() {
   return size_t(
-      PipelineMap(Layer::K, Layer::V, PipelineBlock::Prepare, Layer::kKeyGate)
+      PipelineMap(Layer::K, Layer::V, PipelineBlock::Prepare, Layer::kKeyGate,
+                  Layer::kErase)
           .bytes);
 }
 /// Blocks of the preparing phase a multiprocessor runs at once: two where
@@ -49,15 +52,15 @@ template <typename Layer> constexpr int prepareBlocksPerMultiprocessor() {
 }
 template <typename Layer> LINAC_HOST_DEVICE constexpr int64_t preparedChunkBytes() {
   return PipelineMap(Layer::K, Layer::V, PipelineBlock::Prepare,
-                     Layer::kKeyGate)
+                     Layer::kKeyGate, Layer::kErase)
       .bufferBytes;
 }
 
 template <typename Layer> LINAC_HOST_DEVICE constexpr void checkPhased() {
-  static_assert(Layer::kErase && !Layer::kNormalizer &&
-                    !Layer::kValueDecay && !Layer::kReadBefore,
-                "the phased kernels take an erase under a key-side gate or "
-                "none");
+  static_assert(!Layer::kNormalizer && !Layer::kValueDecay &&
+                    !Layer::kReadBefore,
+                "the phased kernels take a key-side gate or none, with an "
+                "erase or without");
   static_assert(Layer::K % 16 == 0 && Layer::V % 16 == 0 && Layer::K <= 128 &&
                     Layer::V <= 16 * kPipelineGroupWarps,
                 "a state warp holds 16 value columns of every key");
@@ -230,9 +233,15 @@ LINAC_DEVICE void phasedChunks(const linac_cuda_forward_args &args,
   const bool live = column < Layer::V;
   StateTiles<Layer> st;
   loadStateTiles<Layer>(st, work, column, live);
+  // Thread d's key channel's total log-gate over the chunks, for
+  // work.logGates.
+  float logGate = 0.0f;
+  const int channel = Layer::kKeyGate == Gate::Vector ? threadIdx.x : 0;
   for (int64_t c = 0; c < chunks; ++c) {
     const typename Layout::Buffer buffer{int(c % 2)};
     waitBarrier(&barriers[c % 2], unsigned(c / 2 % 2));
+    if (work.logGates && threadIdx.x < Layer::K)
+      logGate += buffer.logDecay()[channel];
     if (live)
       advanceState<Layer, Layout>(st, buffer, column, work.reads,
                                   work.identityFrom < 0);
@@ -249,6 +258,8 @@ LINAC_DEVICE void phasedChunks(const linac_cuda_forward_args &args,
     }
   }
   storeStateTiles<Layer>(st, work, column, live);
+  if (work.logGates && threadIdx.x < Layer::K)
+    work.logGates[threadIdx.x] = logGate;
 }
 
 /// A block of the phased forward's state kernel: its work in args' pass.

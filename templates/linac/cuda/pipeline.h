@@ -40,7 +40,7 @@ extern __shared__ __align__(16) char pipelineShared[];
 template <typename Layer, PipelineBlock Block = PipelineBlock::Pipelined>
 struct PipelineLayout {
   static constexpr PipelineMap kMap{Layer::K, Layer::V, Block,
-                                    Layer::kKeyGate};
+                                    Layer::kKeyGate, Layer::kErase};
   static constexpr int C = kMap.C, KS = kMap.KS, VS = kMap.VS, PS = kMap.PS,
                        AS = kMap.AS, OS = kMap.OS, IS = kMap.IS;
   static_assert(kMap.bytes <= kSm90aSharedMemory,
@@ -50,9 +50,9 @@ struct PipelineLayout {
     return reinterpret_cast<E *>(pipelineShared + offset);
   }
   /// Buffer b: a scalar gate's log-gates, then their cumulative sums; the
-  /// chunk's total decay Gamma_C (a vector of K with a key-vector gate);
-  /// k, then K (.) Gamma_C / Gamma; e, then W; u, then U'; q, then
-  /// Q (.) Gamma scale; P.
+  /// log of the chunk's total decay Gamma_C (a vector of K with a
+  /// key-vector gate); k, then K (.) Gamma_C / Gamma; with an erase e, then
+  /// W; u, then U'; q, then Q (.) Gamma scale; P.
   struct Buffer {
     int b;
     LINAC_DEVICE char *image() const { return at<char>(base()); }
@@ -62,7 +62,7 @@ struct PipelineLayout {
     LINAC_DEVICE __nv_bfloat16 *u() const { return at<__nv_bfloat16>(base() + kMap.u); }
     LINAC_DEVICE __nv_bfloat16 *p() const { return at<__nv_bfloat16>(base() + kMap.p); }
     LINAC_DEVICE float *lambda() const { return at<float>(base() + kMap.lambda); }
-    LINAC_DEVICE float *decay() const { return at<float>(base() + kMap.decay); }
+    LINAC_DEVICE float *logDecay() const { return at<float>(base() + kMap.logDecay); }
     LINAC_DEVICE int64_t base() const { return b * kMap.bufferBytes; }
   };
   LINAC_DEVICE static float *a() { return at<float>(kMap.a); }
@@ -266,7 +266,8 @@ LINAC_DEVICE void storeOperands(
     const ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> &ops) {
   ops.q.storeAligned(buffer.q() + i * Layout::KS);
   ops.k.storeAligned(buffer.k() + i * Layout::KS);
-  ops.e.storeAligned(buffer.w() + i * Layout::KS);
+  if constexpr (Layer::kErase)
+    ops.e.storeAligned(buffer.w() + i * Layout::KS);
   ops.u.u.storeAligned(buffer.u() + i * Layout::VS);
   if constexpr (Layer::kKeyGate != Gate::Vector) {
     if (laneId() == 0)
@@ -380,7 +381,7 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
     const int i = e / C, j = e % C;
     if (j > i)
       buffer.p()[i * PS + j] = __float2bfloat16(0.0f);
-    if (j >= i)
+    if (Layer::kErase && j >= i)
       Layout::a()[i * AS + j] = 0.0f;
   }
   __syncthreads();
@@ -393,7 +394,7 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
       end += totals[g * K + channel(s)];
     ends[h * K + channel(s)] = end;
     if (h == kPipelineGroupWarps - 1)
-      buffer.decay()[channel(s)] = __expf(end);
+      buffer.logDecay()[channel(s)] = end;
   }
 
   // P_ij and A_ij for tokens i >= j of the half, a row i at a time: P's
@@ -407,7 +408,8 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
   for (int i = 0; i < Half; ++i) {
     float gi[Slots];
     gates.get(i, gi);
-    const WarpVec<K> q = row(buffer.q(), i), e = row(buffer.w(), i);
+    const WarpVec<K> q = row(buffer.q(), i),
+                     e = Layer::kErase ? row(buffer.w(), i) : WarpVec<K>{};
     float sums[2 * Half];
 #pragma unroll
     for (int j = 0; j < Half; ++j) {
@@ -418,7 +420,8 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
         for (int s = 0; s < Slots; ++s) {
           const float key = k.x[s] * __expf(gi[s] - gates.x[j][s]);
           p += q.x[s] * key;
-          a += e.x[s] * key;
+          if constexpr (Layer::kErase)
+            a += e.x[s] * key;
         }
       }
       sums[j] = p;
@@ -430,7 +433,7 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
       if (index <= i)
         buffer.p()[(first + i) * PS + first + index] =
             __float2bfloat16(sum * scale);
-      else if (index >= Half && index - Half < i)
+      else if (Layer::kErase && index >= Half && index - Half < i)
         Layout::a()[(first + i) * AS + first + index - Half] = sum;
     }
   }
@@ -439,7 +442,8 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
   for (int t = 0; t < Half; ++t) {
     float gt[Slots];
     gates.get(t, gt);
-    WarpVec<K> q = row(buffer.q(), t), e = row(buffer.w(), t),
+    WarpVec<K> q = row(buffer.q(), t),
+               e = Layer::kErase ? row(buffer.w(), t) : WarpVec<K>{},
                k = row(buffer.k(), t);
 #pragma unroll
     for (int s = 0; s < Slots; ++s) {
@@ -449,7 +453,8 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
       k.x[s] *= __expf(gates.x[Half - 1][s] - gt[s]);
     }
     q.storeAligned(buffer.q() + (first + t) * KS);
-    e.storeAligned(buffer.w() + (first + t) * KS);
+    if constexpr (Layer::kErase)
+      e.storeAligned(buffer.w() + (first + t) * KS);
     k.storeAligned(buffer.k() + (first + t) * KS);
   }
 }
@@ -481,7 +486,7 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
   };
   const bool query = p < 4;
   const int b = p % 4, rows = 16 * b;
-  if (!query || reads) {
+  if (query ? reads : Layer::kErase) {
     const __nv_bfloat16 *x = query ? buffer.q() : buffer.w();
     float acc[EarlierTiles][4];
     zero(acc);
@@ -539,7 +544,8 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
     const float lo = h > 0 ? __expf(end(h - 1, d)) : 1.0f,
                 hi = h > 0 ? __expf(end(h - 1, d + 1)) : 1.0f;
     rescale(buffer.q(), lo * scale, hi * scale);
-    rescale(buffer.w(), lo, hi);
+    if constexpr (Layer::kErase)
+      rescale(buffer.w(), lo, hi);
     rescale(buffer.k(), __expf(end(C / Half - 1, d) - end(h, d)),
             __expf(end(C / Half - 1, d + 1) - end(h, d + 1)));
   }
@@ -577,14 +583,14 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
       buffer.lambda()[2 * lane] = inclusive - both + first;
       buffer.lambda()[2 * lane + 1] = inclusive;
       if (lane == 31)
-        *buffer.decay() = __expf(inclusive);
+        *buffer.logDecay() = inclusive;
     }
     prepared();
   } else if constexpr (G == Gate::Vector) {
     // prepareHalf has run: every warp's rows and the halves' ends are in.
     prepared();
   } else if (thread == 0) {
-    *buffer.decay() = 1.0f;
+    *buffer.logDecay() = 0.0f;
   }
   auto lambda = [&](int i) {
     return G == Gate::Scalar ? buffer.lambda()[i] : 0.0f;
@@ -600,7 +606,7 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
     for (int task = p; task < 32; task += GroupWarps) {
       const bool query = task < 16;
       const int rows = task % 4 * 16, keys = task / 4 % 4 * 16;
-      if (query && !reads)
+      if (query ? !reads : !Layer::kErase)
         continue;
       float acc[2][4];
       zero(acc);
@@ -630,134 +636,137 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
   }
   prepared();
 
-  // 4. T = (I + A)^-1 in place of A, in fp32. The inverses T_bb of the
-  // four 16 x 16 diagonal blocks by forward substitution, a half-warp a
-  // column, each warp the same two columns of every block with the four
-  // substitutions interleaved (each waits on a shuffle a row); then T_10
-  // and T_32 from them, and the lower-left 32 x 32 block from the two
-  // triangles beside it: -T_hi (A_lo T_lo).
-  constexpr int Rows = 16, Blocks = C / Rows;
-  static_assert(Blocks == 4 && Rows / 2 == GroupWarps,
-                "a warp takes two columns of each of four diagonal blocks");
-  const int g = laneId() >> 2, pair = (laneId() & 3) * 2;
-  {
-    const int column = 2 * p + laneId() / 16, i = laneId() % 16;
-    float x[Blocks];
+  // Without an erase A is zero, T the identity, U' = U and W nothing.
+  if constexpr (Layer::kErase) {
+    // 4. T = (I + A)^-1 in place of A, in fp32. The inverses T_bb of the
+    // four 16 x 16 diagonal blocks by forward substitution, a half-warp a
+    // column, each warp the same two columns of every block with the four
+    // substitutions interleaved (each waits on a shuffle a row); then T_10
+    // and T_32 from them, and the lower-left 32 x 32 block from the two
+    // triangles beside it: -T_hi (A_lo T_lo).
+    constexpr int Rows = 16, Blocks = C / Rows;
+    static_assert(Blocks == 4 && Rows / 2 == GroupWarps,
+                  "a warp takes two columns of each of four diagonal blocks");
+    const int g = laneId() >> 2, pair = (laneId() & 3) * 2;
+    {
+      const int column = 2 * p + laneId() / 16, i = laneId() % 16;
+      float x[Blocks];
 #pragma unroll
-    for (int b = 0; b < Blocks; ++b)
-      x[b] = i == column ? 1.0f : 0.0f;
+      for (int b = 0; b < Blocks; ++b)
+        x[b] = i == column ? 1.0f : 0.0f;
 #pragma unroll
-    for (int m = 0; m < Rows - 1; ++m)
+      for (int m = 0; m < Rows - 1; ++m)
 #pragma unroll
-      for (int b = 0; b < Blocks; ++b) {
-        const float y = __shfl_sync(0xffffffffu, x[b], m, 16);
-        if (i > m)
-          x[b] -= Layout::a()[(b * Rows + i) * AS + b * Rows + m] * y;
-      }
+        for (int b = 0; b < Blocks; ++b) {
+          const float y = __shfl_sync(0xffffffffu, x[b], m, 16);
+          if (i > m)
+            x[b] -= Layout::a()[(b * Rows + i) * AS + b * Rows + m] * y;
+        }
 #pragma unroll
-    for (int b = 0; b < Blocks; ++b)
-      Layout::inverses()[(b * Rows + i) * IS + column] = x[b];
-    prepared();
-    // Every warp has read A's diagonal blocks, which nothing reads again
-    // but as T's: they take the inverses.
+      for (int b = 0; b < Blocks; ++b)
+        Layout::inverses()[(b * Rows + i) * IS + column] = x[b];
+      prepared();
+      // Every warp has read A's diagonal blocks, which nothing reads again
+      // but as T's: they take the inverses.
 #pragma unroll
-    for (int b = 0; b < Blocks; ++b)
-      Layout::a()[(b * Rows + i) * AS + b * Rows + column] = x[b];
-  }
-  float *scratch = Layout::scratch() + p * kPipelineScratchFloats;
-  // A warp's 16 x 8 tile through its scratch, to be read back as a B
-  // operand.
-  auto toScratch = [&](const float (&y)[4]) {
-    __syncwarp();
-    scratch[g * 8 + pair] = y[0];
-    scratch[g * 8 + pair + 1] = y[1];
-    scratch[(g + 8) * 8 + pair] = y[2];
-    scratch[(g + 8) * 8 + pair + 1] = y[3];
-    __syncwarp();
-  };
-  auto storeTile = [&](const float (&tile)[4], int row, int col) {
-    float *out = Layout::a() + (row + g) * AS + col + pair;
-    out[0] = tile[0];
-    out[1] = tile[1];
-    out[8 * AS] = tile[2];
-    out[8 * AS + 1] = tile[3];
-  };
-  if (p < 2) {
-    // T_t,t-1 = -T_tt A_t,t-1 T_t-1,t-1 for t = 1 (warp 0) and 3 (warp 1),
-    // a column tile at a time; this warp alone reads A_t,t-1.
-    const int t = 2 * p + 1;
-    float tiles[2][4] = {};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float y[4] = {};
-      tf32Product<2>(y, Layout::a() + t * Rows * AS + (t - 1) * Rows, AS,
-                     Layout::inverses() + (t - 1) * Rows * IS + h * 8, IS, 2,
-                     1.0f);
-      toScratch(y);
-      tf32Product<2>(tiles[h], Layout::inverses() + t * Rows * IS, IS,
-                     scratch, 8, 2, -1.0f);
+      for (int b = 0; b < Blocks; ++b)
+        Layout::a()[(b * Rows + i) * AS + b * Rows + column] = x[b];
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      storeTile(tiles[h], t * Rows, (t - 1) * Rows + h * 8);
-  }
-  prepared();
-  {
-    // Warp p: rows of block 2 + p / 4, columns 8(p % 4).. of the lower-left
-    // block. Y = A_lo T_lo, then (once both row blocks' are in) -T_hi Y,
-    // which reads no part of A_lo.
-    const int r = 2 + p / 4, c = p % 4;
-    float y[4] = {};
-    tf32Product<4>(y, Layout::a() + r * Rows * AS, AS, Layout::a() + c * 8, AS,
-                   4, 1.0f);
-    toScratch(y);
-    prepared();
-    const float *upperY =
-        Layout::scratch() + (p % 4) * kPipelineScratchFloats;
-    float tile[4] = {};
-    tf32Product<2>(tile, Layout::a() + r * Rows * AS + 2 * Rows, AS, upperY, 8,
-                   2, -1.0f);
-    if (r == 3)
-      tf32Product<2>(tile, Layout::a() + r * Rows * AS + 3 * Rows, AS, scratch,
-                     8, 2, -1.0f);
-    storeTile(tile, r * Rows, c * 8);
-  }
-  prepared();
-
-  // 5. U' = T U, then W = T (E (.) Gamma): warp p takes rows 16(p % 4)..
-  // and half p / 4 of the columns into registers, and once every warp
-  // has read U (then E) the products replace them.
-  const int rowBase = p % 4 * 16, half = p / 4;
-  auto tRow = [&](bool gated) {
-    return [&, gated](int r, int j) {
-      const float *row = Layout::a() + (rowBase + r) * AS + j;
-      float lo = row[0], hi = row[1];
-      if (gated && G == Gate::Scalar) {
-        lo *= __expf(lambda(j));
-        hi *= __expf(lambda(j + 1));
-      }
-      return pack(lo, hi);
+    float *scratch = Layout::scratch() + p * kPipelineScratchFloats;
+    // A warp's 16 x 8 tile through its scratch, to be read back as a B
+    // operand.
+    auto toScratch = [&](const float (&y)[4]) {
+      __syncwarp();
+      scratch[g * 8 + pair] = y[0];
+      scratch[g * 8 + pair + 1] = y[1];
+      scratch[(g + 8) * 8 + pair] = y[2];
+      scratch[(g + 8) * 8 + pair + 1] = y[3];
+      __syncwarp();
     };
-  };
-  auto solved = [&](auto tiles, __nv_bfloat16 *m, int stride, bool gated,
-                    bool zeros) {
-    constexpr int Tiles = decltype(tiles)::value;
-    const int first = half * Tiles * 8;
-    float acc[Tiles][4];
-    zero(acc);
-    if (!zeros)
-      warpProduct<Tiles, ChunkSteps>(acc, tRow(gated),
-                                     SharedColumns{m, stride, first});
+    auto storeTile = [&](const float (&tile)[4], int row, int col) {
+      float *out = Layout::a() + (row + g) * AS + col + pair;
+      out[0] = tile[0];
+      out[1] = tile[1];
+      out[8 * AS] = tile[2];
+      out[8 * AS + 1] = tile[3];
+    };
+    if (p < 2) {
+      // T_t,t-1 = -T_tt A_t,t-1 T_t-1,t-1 for t = 1 (warp 0) and 3 (warp 1),
+      // a column tile at a time; this warp alone reads A_t,t-1.
+      const int t = 2 * p + 1;
+      float tiles[2][4] = {};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float y[4] = {};
+        tf32Product<2>(y, Layout::a() + t * Rows * AS + (t - 1) * Rows, AS,
+                       Layout::inverses() + (t - 1) * Rows * IS + h * 8, IS, 2,
+                       1.0f);
+        toScratch(y);
+        tf32Product<2>(tiles[h], Layout::inverses() + t * Rows * IS, IS,
+                       scratch, 8, 2, -1.0f);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        storeTile(tiles[h], t * Rows, (t - 1) * Rows + h * 8);
+    }
     prepared();
-    for (int n = 0; n < Tiles; ++n)
-      for (int r = 0; r < 4; r += 2)
-        *reinterpret_cast<uint32_t *>(m + (rowBase + accRow(r)) * stride +
-                                      first + n * 8 + accCol(r)) =
-            pack(acc[n][r], acc[n][r + 1]);
-  };
-  solved(std::integral_constant<int, V / 16>{}, buffer.u(), VS, false,
-         !values);
-  solved(std::integral_constant<int, K / 16>{}, buffer.w(), KS, true, false);
+    {
+      // Warp p: rows of block 2 + p / 4, columns 8(p % 4).. of the lower-left
+      // block. Y = A_lo T_lo, then (once both row blocks' are in) -T_hi Y,
+      // which reads no part of A_lo.
+      const int r = 2 + p / 4, c = p % 4;
+      float y[4] = {};
+      tf32Product<4>(y, Layout::a() + r * Rows * AS, AS, Layout::a() + c * 8, AS,
+                     4, 1.0f);
+      toScratch(y);
+      prepared();
+      const float *upperY =
+          Layout::scratch() + (p % 4) * kPipelineScratchFloats;
+      float tile[4] = {};
+      tf32Product<2>(tile, Layout::a() + r * Rows * AS + 2 * Rows, AS, upperY, 8,
+                     2, -1.0f);
+      if (r == 3)
+        tf32Product<2>(tile, Layout::a() + r * Rows * AS + 3 * Rows, AS, scratch,
+                       8, 2, -1.0f);
+      storeTile(tile, r * Rows, c * 8);
+    }
+    prepared();
+
+    // 5. U' = T U, then W = T (E (.) Gamma): warp p takes rows 16(p % 4)..
+    // and half p / 4 of the columns into registers, and once every warp
+    // has read U (then E) the products replace them.
+    const int rowBase = p % 4 * 16, half = p / 4;
+    auto tRow = [&](bool gated) {
+      return [&, gated](int r, int j) {
+        const float *row = Layout::a() + (rowBase + r) * AS + j;
+        float lo = row[0], hi = row[1];
+        if (gated && G == Gate::Scalar) {
+          lo *= __expf(lambda(j));
+          hi *= __expf(lambda(j + 1));
+        }
+        return pack(lo, hi);
+      };
+    };
+    auto solved = [&](auto tiles, __nv_bfloat16 *m, int stride, bool gated,
+                      bool zeros) {
+      constexpr int Tiles = decltype(tiles)::value;
+      const int first = half * Tiles * 8;
+      float acc[Tiles][4];
+      zero(acc);
+      if (!zeros)
+        warpProduct<Tiles, ChunkSteps>(acc, tRow(gated),
+                                       SharedColumns{m, stride, first});
+      prepared();
+      for (int n = 0; n < Tiles; ++n)
+        for (int r = 0; r < 4; r += 2)
+          *reinterpret_cast<uint32_t *>(m + (rowBase + accRow(r)) * stride +
+                                        first + n * 8 + accCol(r)) =
+              pack(acc[n][r], acc[n][r + 1]);
+    };
+    solved(std::integral_constant<int, V / 16>{}, buffer.u(), VS, false,
+           !values);
+    solved(std::integral_constant<int, K / 16>{}, buffer.w(), KS, true, false);
+  }
   if constexpr (G != Gate::Vector) {
     const float last = lambda(C - 1);
     for (int e = thread; e < C * K / 2; e += GroupThreads) {
@@ -805,30 +814,42 @@ LINAC_DEVICE void advanceState(StateTiles<Layer> &st,
       }
     }
   };
-  // Delta^T = U'^T - S^T W^T, 16 value columns by the chunk's tokens.
-  float delta[ChunkTiles][4];
-  zero(delta);
-  fromState(delta, buffer.w(), 0);
+  // Delta^T = U'^T - S^T W^T, 16 value columns by the chunk's tokens;
+  // without an erase U^T, as the buffer has it.
+  uint32_t deltaFragments[ChunkSteps][4];
+  if constexpr (Layer::kErase) {
+    float delta[ChunkTiles][4];
+    zero(delta);
+    fromState(delta, buffer.w(), 0);
 #pragma unroll
-  for (int ts = 0; ts < ChunkSteps; ++ts) {
-    uint32_t u[4] = {0, 0, 0, 0};
-    if (values)
-      fragmentA(u, SharedColumns{buffer.u(), VS, column}, ts * 16);
-    // Fragment register r holds tile 2ts + r / 2, rows +8 when odd.
+    for (int ts = 0; ts < ChunkSteps; ++ts) {
+      uint32_t u[4] = {0, 0, 0, 0};
+      if (values)
+        fragmentA(u, SharedColumns{buffer.u(), VS, column}, ts * 16);
+      // Fragment register r holds tile 2ts + r / 2, rows +8 when odd.
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      __nv_bfloat162 pair;
-      memcpy(&pair, &u[r], sizeof pair);
-      const float2 x = __bfloat1622float2(pair);
-      const int n = 2 * ts + r / 2, at = r % 2 * 2;
-      delta[n][at] = x.x - delta[n][at];
-      delta[n][at + 1] = x.y - delta[n][at + 1];
+      for (int r = 0; r < 4; ++r) {
+        __nv_bfloat162 pair;
+        memcpy(&pair, &u[r], sizeof pair);
+        const float2 x = __bfloat1622float2(pair);
+        const int n = 2 * ts + r / 2, at = r % 2 * 2;
+        delta[n][at] = x.x - delta[n][at];
+        delta[n][at + 1] = x.y - delta[n][at + 1];
+      }
+    }
+#pragma unroll
+    for (int ts = 0; ts < ChunkSteps; ++ts)
+      accumulatorFragment(deltaFragments[ts], delta, ts);
+  } else {
+#pragma unroll
+    for (int ts = 0; ts < ChunkSteps; ++ts) {
+      for (uint32_t &x : deltaFragments[ts])
+        x = 0;
+      if (values)
+        fragmentA(deltaFragments[ts], SharedColumns{buffer.u(), VS, column},
+                  ts * 16);
     }
   }
-  uint32_t deltaFragments[ChunkSteps][4];
-#pragma unroll
-  for (int ts = 0; ts < ChunkSteps; ++ts)
-    accumulatorFragment(deltaFragments[ts], delta, ts);
   // The state's bf16 fragments are made again for each product: kept from
   // the first, they would take 32 registers more.
   opaque(st);
@@ -859,14 +880,15 @@ LINAC_DEVICE void advanceState(StateTiles<Layer> &st,
   if constexpr (Layer::kKeyGate == Gate::Vector) {
 #pragma unroll
     for (int n = 0; n < KeyTiles; ++n) {
-      const float2 decay = *reinterpret_cast<const float2 *>(
-          buffer.decay() + n * 8 + accCol(0));
+      const float2 logDecay = *reinterpret_cast<const float2 *>(
+          buffer.logDecay() + n * 8 + accCol(0));
+      const float low = __expf(logDecay.x), high = __expf(logDecay.y);
 #pragma unroll
       for (int r = 0; r < 4; ++r)
-        st[n][r] *= r % 2 ? decay.y : decay.x;
+        st[n][r] *= r % 2 ? high : low;
     }
   } else {
-    const float decay = *buffer.decay();
+    const float decay = __expf(*buffer.logDecay());
 #pragma unroll
     for (int n = 0; n < KeyTiles; ++n)
 #pragma unroll

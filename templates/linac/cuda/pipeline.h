@@ -93,6 +93,15 @@ LINAC_DEVICE void barrierArrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/// e^x for a gate's factor (x <= 0 where the kernels take one): by
+/// ex2.approx.ftz, two instructions where __expf's care for subnormal
+/// results takes five; a factor below 2^-126 is zero.
+LINAC_DEVICE float gateFactor(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+
 /// A bf16 A operand already in registers: fragment s of k-step s.
 template <int Steps> struct RegisterA {
   const uint32_t (&fragments)[Steps][4];
@@ -397,20 +406,22 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
       buffer.logDecay()[channel(s)] = end;
   }
 
-  // P_ij and A_ij for tokens i >= j of the half, a row i at a time: P's
-  // sums at j, A's at 8 + j, a lane's over its channels, then over the
-  // warp.
+  // P_ij and A_ij for tokens i >= j of the half, a row i at a time from
+  // the last: P's sums at j, A's (with an erase) at 8 + j, a lane's over
+  // its channels, then over the warp. Row i then goes to the half's
+  // references in place, as no later row reads it.
   const int first = h * Half;
   auto row = [&](const __nv_bfloat16 *m, int t) {
     return WarpVec<K>::loadAligned(m + (first + t) * KS);
   };
+  constexpr int Sums = (Layer::kErase ? 2 : 1) * Half;
 #pragma unroll 1
-  for (int i = 0; i < Half; ++i) {
+  for (int i = Half - 1; i >= 0; --i) {
     float gi[Slots];
     gates.get(i, gi);
-    const WarpVec<K> q = row(buffer.q(), i),
-                     e = Layer::kErase ? row(buffer.w(), i) : WarpVec<K>{};
-    float sums[2 * Half];
+    WarpVec<K> q = row(buffer.q(), i),
+               e = Layer::kErase ? row(buffer.w(), i) : WarpVec<K>{};
+    float sums[Sums];
 #pragma unroll
     for (int j = 0; j < Half; ++j) {
       float p = 0.0f, a = 0.0f;
@@ -418,44 +429,37 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
         const WarpVec<K> k = row(buffer.k(), j);
 #pragma unroll
         for (int s = 0; s < Slots; ++s) {
-          const float key = k.x[s] * __expf(gi[s] - gates.x[j][s]);
+          const float key = k.x[s] * gateFactor(gi[s] - gates.x[j][s]);
           p += q.x[s] * key;
           if constexpr (Layer::kErase)
             a += e.x[s] * key;
         }
       }
       sums[j] = p;
-      sums[Half + j] = j < i ? a : 0.0f;
+      if constexpr (Layer::kErase)
+        sums[Half + j] = j < i ? a : 0.0f;
     }
     int index;
     const float sum = warpSumsSpread(sums, index);
-    if (lane % 2 == 0) {
+    if (lane % (32 / Sums) == 0) {
       if (index <= i)
         buffer.p()[(first + i) * PS + first + index] =
             __float2bfloat16(sum * scale);
       else if (Layer::kErase && index >= Half && index - Half < i)
         Layout::a()[(first + i) * AS + first + index - Half] = sum;
     }
-  }
-  __syncwarp();
-#pragma unroll 1
-  for (int t = 0; t < Half; ++t) {
-    float gt[Slots];
-    gates.get(t, gt);
-    WarpVec<K> q = row(buffer.q(), t),
-               e = Layer::kErase ? row(buffer.w(), t) : WarpVec<K>{},
-               k = row(buffer.k(), t);
+    WarpVec<K> k = row(buffer.k(), i);
 #pragma unroll
     for (int s = 0; s < Slots; ++s) {
-      const float gate = __expf(gt[s]);
+      const float gate = gateFactor(gi[s]);
       q.x[s] *= gate;
       e.x[s] *= gate;
-      k.x[s] *= __expf(gates.x[Half - 1][s] - gt[s]);
+      k.x[s] *= gateFactor(gates.x[Half - 1][s] - gi[s]);
     }
-    q.storeAligned(buffer.q() + (first + t) * KS);
+    q.storeAligned(buffer.q() + (first + i) * KS);
     if constexpr (Layer::kErase)
-      e.storeAligned(buffer.w() + (first + t) * KS);
-    k.storeAligned(buffer.k() + (first + t) * KS);
+      e.storeAligned(buffer.w() + (first + i) * KS);
+    k.storeAligned(buffer.k() + (first + i) * KS);
   }
 }
 
@@ -481,8 +485,8 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
   auto end = [&](int half, int d) { return ends[half * K + d]; };
   // e^(Lambda_x - Lambda_y) at channels d and d + 1, packed pairs scaled.
   auto factors = [&](uint32_t pair, int x, int y, int d) {
-    return scalePair(pair, __expf(end(x, d) - end(y, d)),
-                     __expf(end(x, d + 1) - end(y, d + 1)));
+    return scalePair(pair, gateFactor(end(x, d) - end(y, d)),
+                     gateFactor(end(x, d + 1) - end(y, d + 1)));
   };
   const bool query = p < 4;
   const int b = p % 4, rows = 16 * b;
@@ -535,19 +539,25 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
   }
   prepared();
 
-  for (int e = thread; e < C * K / 2; e += GroupThreads) {
-    const int i = e / (K / 2), d = e % (K / 2) * 2, h = i / Half;
-    auto rescale = [&](__nv_bfloat16 *m, float low, float high) {
-      uint32_t *pair = reinterpret_cast<uint32_t *>(m + i * KS + d);
-      *pair = scalePair(*pair, low, high);
-    };
-    const float lo = h > 0 ? __expf(end(h - 1, d)) : 1.0f,
-                hi = h > 0 ? __expf(end(h - 1, d + 1)) : 1.0f;
-    rescale(buffer.q(), lo * scale, hi * scale);
-    if constexpr (Layer::kErase)
-      rescale(buffer.w(), lo, hi);
-    rescale(buffer.k(), __expf(end(C / Half - 1, d) - end(h, d)),
-            __expf(end(C / Half - 1, d + 1) - end(h, d + 1)));
+  // A thread a pair of channels of a half's rows, their factors taken once.
+  for (int e = thread; e < K / 2 * (C / Half); e += GroupThreads) {
+    const int d = e % (K / 2) * 2, h = e / (K / 2);
+    const float lo = h > 0 ? gateFactor(end(h - 1, d)) : 1.0f,
+                hi = h > 0 ? gateFactor(end(h - 1, d + 1)) : 1.0f;
+    const float keyLo = gateFactor(end(C / Half - 1, d) - end(h, d)),
+                keyHi = gateFactor(end(C / Half - 1, d + 1) - end(h, d + 1));
+#pragma unroll
+    for (int t = 0; t < Half; ++t) {
+      const int i = h * Half + t;
+      auto rescale = [&](__nv_bfloat16 *m, float low, float high) {
+        uint32_t *pair = reinterpret_cast<uint32_t *>(m + i * KS + d);
+        *pair = scalePair(*pair, low, high);
+      };
+      rescale(buffer.q(), lo * scale, hi * scale);
+      if constexpr (Layer::kErase)
+        rescale(buffer.w(), lo, hi);
+      rescale(buffer.k(), keyLo, keyHi);
+    }
   }
 }
 
@@ -621,7 +631,7 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
           float x[2];
           for (int h = 0; h < 2; ++h) {
             const bool kept = query ? j + h <= i : j + h < i;
-            x[h] = kept ? acc[n][r + h] * __expf(lambda(i) - lambda(j + h)) *
+            x[h] = kept ? acc[n][r + h] * gateFactor(lambda(i) - lambda(j + h)) *
                               (query ? scale : 1.0f)
                         : 0.0f;
           }
@@ -741,8 +751,8 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
         const float *row = Layout::a() + (rowBase + r) * AS + j;
         float lo = row[0], hi = row[1];
         if (gated && G == Gate::Scalar) {
-          lo *= __expf(lambda(j));
-          hi *= __expf(lambda(j + 1));
+          lo *= gateFactor(lambda(j));
+          hi *= gateFactor(lambda(j + 1));
         }
         return pack(lo, hi);
       };
@@ -775,9 +785,9 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
         uint32_t *at = reinterpret_cast<uint32_t *>(m + i * KS + d);
         *at = scalePair(*at, factor, factor);
       };
-      rescale(buffer.q(), __expf(lambda(i)) * scale);
+      rescale(buffer.q(), gateFactor(lambda(i)) * scale);
       if (G == Gate::Scalar)
-        rescale(buffer.k(), __expf(last - lambda(i)));
+        rescale(buffer.k(), gateFactor(last - lambda(i)));
     }
   }
   prepared();
@@ -882,13 +892,13 @@ LINAC_DEVICE void advanceState(StateTiles<Layer> &st,
     for (int n = 0; n < KeyTiles; ++n) {
       const float2 logDecay = *reinterpret_cast<const float2 *>(
           buffer.logDecay() + n * 8 + accCol(0));
-      const float low = __expf(logDecay.x), high = __expf(logDecay.y);
+      const float low = gateFactor(logDecay.x), high = gateFactor(logDecay.y);
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         st[n][r] *= r % 2 ? high : low;
     }
   } else {
-    const float decay = __expf(*buffer.logDecay());
+    const float decay = gateFactor(*buffer.logDecay());
 #pragma unroll
     for (int n = 0; n < KeyTiles; ++n)
 #pragma unroll

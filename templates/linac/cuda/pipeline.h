@@ -574,8 +574,7 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
   constexpr int C = Layout::C, K = Layer::K, V = Layer::V;
   constexpr int KS = Layout::KS, VS = Layout::VS, PS = Layout::PS,
                 AS = Layout::AS, IS = Layout::IS;
-  constexpr int GroupWarps = kPipelineGroupWarps,
-                GroupThreads = 32 * GroupWarps;
+  constexpr int GroupWarps = kPipelineGroupWarps;
   constexpr int KeySteps = K / 16, ChunkSteps = C / 16;
   constexpr Gate G = Layer::kKeyGate;
   // 2. Cumulative log-gates, a warp: two tokens a lane, then across lanes.
@@ -778,16 +777,21 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
     solved(std::integral_constant<int, K / 16>{}, buffer.w(), KS, true, false);
   }
   if constexpr (G != Gate::Vector) {
+    // A warp's rows, a lane's channel pairs of each, the row's factors
+    // taken once.
     const float last = lambda(C - 1);
-    for (int e = thread; e < C * K / 2; e += GroupThreads) {
-      const int i = e / (K / 2), d = e % (K / 2) * 2;
-      auto rescale = [&](__nv_bfloat16 *m, float factor) {
-        uint32_t *at = reinterpret_cast<uint32_t *>(m + i * KS + d);
-        *at = scalePair(*at, factor, factor);
-      };
-      rescale(buffer.q(), gateFactor(lambda(i)) * scale);
-      if (G == Gate::Scalar)
-        rescale(buffer.k(), gateFactor(last - lambda(i)));
+    for (int i = p; i < C; i += GroupWarps) {
+      const float queryFactor = gateFactor(lambda(i)) * scale,
+                  keyFactor = gateFactor(last - lambda(i));
+      for (int d = 2 * laneId(); d < K; d += 64) {
+        auto rescale = [&](__nv_bfloat16 *m, float factor) {
+          uint32_t *at = reinterpret_cast<uint32_t *>(m + i * KS + d);
+          *at = scalePair(*at, factor, factor);
+        };
+        rescale(buffer.q(), queryFactor);
+        if (G == Gate::Scalar)
+          rescale(buffer.k(), keyFactor);
+      }
     }
   }
   prepared();

@@ -5,8 +5,9 @@
 # grouped_* and the examples of an erase under a scalar gate or none also
 # into OUT/KERNEL_NAME.linac for the pipelined, phased and lockstep
 # chunkwise kernels, and those of an erase under a key-vector gate and
-# those without an erase under no gate, a scalar one and a key-vector one
-# for the phased and lockstep ones. tests/gpu/prepare.sh uses it
+# those without an erase under no gate, a scalar one and a key-vector one,
+# and the specs named narrow_vector_gate*, for the phased and lockstep
+# ones. tests/gpu/prepare.sh uses it
 # for the GPU check; ctest runs it for sm_90a and sm_80 without a GPU, where
 # the generated sources' static_asserts hold the plan's numbers to the
 # kernels' headers.
@@ -40,7 +41,7 @@ if [[ $target == sm_90a ]]; then
   done
   for spec in examples/kda.mlir examples/gdn2.mlir \
               examples/linear_attention.mlir examples/mamba2.mlir \
-              examples/gla.mlir; do
+              examples/gla.mlir tests/gpu/specs/narrow_vector_gate*.mlir; do
     for kernel in phased lockstep; do
       compile "$spec" "${kernel}_$(basename "$spec" .mlir)" \
         --chunk-kernel=$kernel

@@ -102,10 +102,76 @@ const std::map<std::string, BinaryFn> &binaryOps() {
   return ops;
 }
 
+/// d y / d x of each unary op at x, given y = f(x).
+using UnaryDerivative = double (*)(double x, double y);
+
+const std::map<std::string, UnaryDerivative> &unaryDerivatives() {
+  static const std::map<std::string, UnaryDerivative> ops = {
+      {"arith.negf", [](double, double) { return -1.0; }},
+      {"math.exp", [](double, double y) { return y; }},
+      {"math.exp2", [](double, double y) { return y * std::log(2.0); }},
+      {"math.log", [](double x, double) { return 1.0 / x; }},
+      {"math.log2", [](double x, double) { return 1.0 / (x * std::log(2.0)); }},
+      {"math.log1p", [](double x, double) { return 1.0 / (1.0 + x); }},
+      {"math.sqrt", [](double, double y) { return 0.5 / y; }},
+      {"math.rsqrt", [](double, double y) { return -0.5 * y * y * y; }},
+      {"math.tanh", [](double, double y) { return 1.0 - y * y; }},
+      {"math.absf",
+       [](double x, double) { return x > 0.0 ? 1.0 : x < 0.0 ? -1.0 : 0.0; }},
+      {"linac.sigmoid", [](double, double y) { return y * (1.0 - y); }},
+      {"linac.softplus",
+       [](double x, double) { return 1.0 / (1.0 + std::exp(-x)); }},
+  };
+  return ops;
+}
+
+/// d y / d a and d y / d b of each binary op at (a, b).
+using BinaryDerivative = std::pair<double, double> (*)(double a, double b);
+
+const std::map<std::string, BinaryDerivative> &binaryDerivatives() {
+  static const std::map<std::string, BinaryDerivative> ops = {
+      {"arith.addf",
+       [](double, double) { return std::pair<double, double>(1.0, 1.0); }},
+      {"arith.subf",
+       [](double, double) { return std::pair<double, double>(1.0, -1.0); }},
+      {"arith.mulf",
+       [](double a, double b) { return std::pair<double, double>(b, a); }},
+      {"arith.divf",
+       [](double a, double b) {
+         return std::pair<double, double>(1.0 / b, -a / (b * b));
+       }},
+      // The operand the result is; the first on a tie.
+      {"arith.maximumf",
+       [](double a, double b) {
+         return a >= b ? std::pair<double, double>(1.0, 0.0)
+                       : std::pair<double, double>(0.0, 1.0);
+       }},
+      {"arith.minimumf",
+       [](double a, double b) {
+         return a <= b ? std::pair<double, double>(1.0, 0.0)
+                       : std::pair<double, double>(0.0, 1.0);
+       }},
+      {"math.powf",
+       [](double a, double b) {
+         return std::pair<double, double>(b * std::pow(a, b - 1.0),
+                                          std::pow(a, b) * std::log(a));
+       }},
+  };
+  return ops;
+}
+
+/// Adds `x` to element i of a gate or strength's gradient, which sums every
+/// element's when the gate is a scalar.
+void addToLane(Value &gradient, size_t i, double x) {
+  gradient.data[gradient.data.size() == 1 ? 0 : i] += x;
+}
+
 class Interpreter {
 public:
   explicit Interpreter(const Problem &problem);
   Result run() const;
+  Gradients gradients(const std::vector<double> &dOutput,
+                      const std::vector<double> &dFinalState) const;
 
 private:
   size_t sizeOf(Kind kind) const;
@@ -113,9 +179,24 @@ private:
   /// state head `head`.
   Value argument(const Tensor &tensor, int64_t id, int64_t row,
                  int64_t head) const;
-  /// Advances `state` by token `token` of head `head`; returns the output.
-  std::vector<double> step(Value &state, int64_t token, int64_t head) const;
+  /// Every value of token `token`'s step of head `head` from `state`.
+  std::vector<Value> evaluate(const Value &state, int64_t token,
+                              int64_t head) const;
   void apply(const json &op, std::vector<Value> &values, int64_t head) const;
+  /// Adds to the gradients of `op`'s operands those its result's gradient
+  /// gives, at the token's `values`.
+  void backward(const json &op, const std::vector<Value> &values,
+                std::vector<Value> &grads) const;
+  /// The state of sequence n and head h at `offset` of a [N, H, K, V (+ 1)]
+  /// array (zeros for an empty one), and back.
+  template <typename T>
+  Value loadState(const std::vector<T> &states, size_t offset) const;
+  template <typename T>
+  void storeState(const Value &state, std::vector<T> &states,
+                  size_t offset) const;
+  /// Where row `row` of `tensor` (argument `id`) is for state head `head`.
+  size_t argumentOffset(const Tensor &tensor, int64_t id, int64_t row,
+                        int64_t head) const;
   void checkTensor(const Tensor &tensor, int64_t id, int64_t rows,
                    const std::string &what) const;
 
@@ -187,12 +268,44 @@ size_t Interpreter::sizeOf(Kind kind) const {
   return 0;
 }
 
+size_t Interpreter::argumentOffset(const Tensor &tensor, int64_t id,
+                                  int64_t row, int64_t head) const {
+  int64_t argHead = head / (problem.numHeads / tensor.heads);
+  return (row * tensor.heads + argHead) * sizeOf(kinds.at(id));
+}
+
 Value Interpreter::argument(const Tensor &tensor, int64_t id, int64_t row,
                             int64_t head) const {
-  size_t size = sizeOf(kinds.at(id));
-  int64_t argHead = head / (problem.numHeads / tensor.heads);
-  auto first = tensor.values.begin() + (row * tensor.heads + argHead) * size;
-  return Value{std::vector<double>(first, first + size), {}};
+  auto first = tensor.values.begin() + argumentOffset(tensor, id, row, head);
+  return Value{std::vector<double>(first, first + sizeOf(kinds.at(id))), {}};
+}
+
+template <typename T>
+Value Interpreter::loadState(const std::vector<T> &states,
+                             size_t offset) const {
+  const int64_t columns = valueDim + (normalized ? 1 : 0);
+  Value state{std::vector<double>(keyDim * valueDim, 0.0),
+              std::vector<double>(normalized ? keyDim : 0, 0.0)};
+  if (!states.empty())
+    for (int64_t i = 0; i < keyDim; ++i) {
+      const T *row = states.data() + offset + i * columns;
+      std::copy_n(row, valueDim, state.data.begin() + i * valueDim);
+      if (normalized)
+        state.norm[i] = row[valueDim];
+    }
+  return state;
+}
+
+template <typename T>
+void Interpreter::storeState(const Value &state, std::vector<T> &states,
+                             size_t offset) const {
+  const int64_t columns = valueDim + (normalized ? 1 : 0);
+  for (int64_t i = 0; i < keyDim; ++i) {
+    T *row = states.data() + offset + i * columns;
+    std::copy_n(state.data.begin() + i * valueDim, valueDim, row);
+    if (normalized)
+      row[valueDim] = state.norm[i];
+  }
 }
 
 Result Interpreter::run() const {
@@ -201,39 +314,94 @@ Result Interpreter::run() const {
   // States in memory are [K, V], or [K, V + 1] with the normaliser last.
   int64_t columns = valueDim + (normalized ? 1 : 0);
   size_t stateSize = keyDim * columns;
+  const json &yield = program.at("yield");
   Result result;
   result.output.assign(cu.back() * heads * valueDim, 0.0);
   result.finalState.assign(numSeqs * heads * stateSize, 0.0);
   for (int64_t n = 0; n < numSeqs; ++n) {
     for (int64_t h = 0; h < heads; ++h) {
       size_t offset = (n * heads + h) * stateSize;
-      Value state{std::vector<double>(keyDim * valueDim, 0.0),
-                  std::vector<double>(normalized ? keyDim : 0, 0.0)};
-      if (!problem.initialState.empty())
-        for (int64_t i = 0; i < keyDim; ++i) {
-          const float *row = problem.initialState.data() + offset + i * columns;
-          std::copy_n(row, valueDim, state.data.begin() + i * valueDim);
-          if (normalized)
-            state.norm[i] = row[valueDim];
-        }
+      Value state = loadState(problem.initialState, offset);
       for (int64_t t = cu[n]; t < cu[n + 1]; ++t) {
-        std::vector<double> out = step(state, t, h);
+        std::vector<Value> values = evaluate(state, t, h);
+        const std::vector<double> &out =
+            values.at(yield.at("output").get<int64_t>()).data;
         std::copy(out.begin(), out.end(),
                   result.output.begin() + (t * heads + h) * valueDim);
+        state = std::move(values.at(yield.at("state").get<int64_t>()));
       }
-      for (int64_t i = 0; i < keyDim; ++i) {
-        double *row = result.finalState.data() + offset + i * columns;
-        std::copy_n(state.data.begin() + i * valueDim, valueDim, row);
-        if (normalized)
-          row[valueDim] = state.norm[i];
-      }
+      storeState(state, result.finalState, offset);
     }
   }
   return result;
 }
 
-std::vector<double> Interpreter::step(Value &state, int64_t token,
-                                      int64_t head) const {
+Gradients Interpreter::gradients(const std::vector<double> &dOutput,
+                                 const std::vector<double> &dFinalState) const {
+  const std::vector<int64_t> &cu = problem.cuSeqlens;
+  const int64_t numSeqs = cu.size() - 1, heads = problem.numHeads;
+  const size_t stateSize = keyDim * (valueDim + (normalized ? 1 : 0));
+  if (dOutput.size() != size_t(cu.back() * heads * valueDim) ||
+      (!dFinalState.empty() &&
+       dFinalState.size() != size_t(numSeqs * heads) * stateSize))
+    throw std::runtime_error(
+        "reference: dOutput or dFinalState has the wrong size");
+  const json &yield = program.at("yield");
+  const int64_t stateId = program.at("state").get<int64_t>(),
+                outputId = yield.at("output").get<int64_t>(),
+                nextId = yield.at("state").get<int64_t>();
+  Gradients result;
+  for (const Tensor &tensor : problem.inputs)
+    result.inputs.emplace_back(tensor.values.size(), 0.0);
+  for (const Tensor &tensor : problem.params)
+    result.params.emplace_back(tensor.values.size(), 0.0);
+  result.initialState.assign(numSeqs * heads * stateSize, 0.0);
+  auto addTo = [&](std::vector<double> &to, size_t offset,
+                   const std::vector<double> &from) {
+    for (size_t e = 0; e < from.size(); ++e)
+      to[offset + e] += from[e];
+  };
+  for (int64_t n = 0; n < numSeqs; ++n) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const size_t offset = (n * heads + h) * stateSize;
+      // The state entering each token.
+      std::vector<Value> entering{loadState(problem.initialState, offset)};
+      for (int64_t t = cu[n]; t + 1 < cu[n + 1]; ++t)
+        entering.push_back(
+            std::move(evaluate(entering.back(), t, h).at(nextId)));
+      Value dState = loadState(dFinalState, offset);
+      for (int64_t t = cu[n + 1] - 1; t >= cu[n]; --t) {
+        const std::vector<Value> values =
+            evaluate(entering.at(t - cu[n]), t, h);
+        std::vector<Value> grads(values.size());
+        for (size_t i = 0; i < values.size(); ++i)
+          grads[i] = Value{std::vector<double>(values[i].data.size(), 0.0),
+                           std::vector<double>(values[i].norm.size(), 0.0)};
+        addTo(grads[nextId].data, 0, dState.data);
+        addTo(grads[nextId].norm, 0, dState.norm);
+        for (int64_t j = 0; j < valueDim; ++j)
+          grads[outputId].data[j] += dOutput[(t * heads + h) * valueDim + j];
+        const json &ops = program.at("ops");
+        for (auto op = ops.rbegin(); op != ops.rend(); ++op)
+          backward(*op, values, grads);
+        dState = std::move(grads[stateId]);
+        for (size_t i = 0; i < inputIds.size(); ++i)
+          addTo(result.inputs[i],
+                argumentOffset(problem.inputs[i], inputIds[i], t, h),
+                grads[inputIds[i]].data);
+        for (size_t i = 0; i < paramIds.size(); ++i)
+          addTo(result.params[i],
+                argumentOffset(problem.params[i], paramIds[i], 0, h),
+                grads[paramIds[i]].data);
+      }
+      storeState(dState, result.initialState, offset);
+    }
+  }
+  return result;
+}
+
+std::vector<Value> Interpreter::evaluate(const Value &state, int64_t token,
+                                         int64_t head) const {
   std::vector<Value> values(kinds.size());
   values.at(program.at("state").get<int64_t>()) = state;
   for (size_t i = 0; i < inputIds.size(); ++i)
@@ -243,9 +411,7 @@ std::vector<double> Interpreter::step(Value &state, int64_t token,
     values.at(paramIds[i]) = argument(problem.params[i], paramIds[i], 0, head);
   for (const json &op : program.at("ops"))
     apply(op, values, head);
-  const json &yield = program.at("yield");
-  state = values.at(yield.at("state").get<int64_t>());
-  return values.at(yield.at("output").get<int64_t>()).data;
+  return values;
 }
 
 void Interpreter::apply(const json &op, std::vector<Value> &values,
@@ -361,8 +527,175 @@ void Interpreter::apply(const json &op, std::vector<Value> &values,
     values.at(resultId) = std::move(result);
 }
 
+void Interpreter::backward(const json &op, const std::vector<Value> &values,
+                           std::vector<Value> &grads) const {
+  const std::string name = op.at("op").get<std::string>();
+  const std::vector<int64_t> ids = op.value("operands", std::vector<int64_t>{});
+  const json attrs = op.value("attrs", json::object());
+  const int64_t resultId = op.value("result", int64_t(-1));
+  if (resultId < 0)
+    return;
+  auto has = [&](size_t i) { return i < ids.size() && ids[i] >= 0; };
+  auto operand = [&](size_t i) -> const Value & {
+    return values.at(ids.at(i));
+  };
+  auto grad = [&](size_t i) -> Value & { return grads.at(ids.at(i)); };
+  const Value &g = grads.at(resultId);
+  const Value &r = values.at(resultId);
+  const int64_t K = keyDim, V = valueDim;
+
+  if (name == "linac.decay") {
+    // d r_ij / d (a log-gate of row i or column j) = r_ij.
+    for (int64_t i = 0; i < K; ++i) {
+      double gk = has(1) ? std::exp(lane(operand(1), i)) : 1.0;
+      for (int64_t j = 0; j < V; ++j) {
+        double gv = has(2) ? std::exp(operand(2).data[j]) : 1.0;
+        double gr = g.data[i * V + j] * r.data[i * V + j];
+        grad(0).data[i * V + j] += g.data[i * V + j] * gk * gv;
+        if (has(1))
+          addToLane(grad(1), i, gr);
+        if (has(2))
+          grad(2).data[j] += gr;
+      }
+      if (normalized) {
+        grad(0).norm[i] += g.norm[i] * gk;
+        if (has(1))
+          addToLane(grad(1), i, g.norm[i] * r.norm[i]);
+      }
+    }
+  } else if (name == "linac.matrix_gate") {
+    for (int64_t i = 0; i < K * V; ++i) {
+      grad(0).data[i] += g.data[i] * std::exp(operand(1).data[i]);
+      grad(1).data[i] += g.data[i] * r.data[i];
+    }
+    for (int64_t i = 0; i < int64_t(g.norm.size()); ++i)
+      grad(0).norm[i] += g.norm[i];
+  } else if (name == "linac.erase") {
+    // r = (I - k e^T) S with e = beta (.) k.
+    const Value &S = operand(0);
+    const std::vector<double> &k = operand(1).data;
+    std::vector<double> e(K), eS(V, 0.0), kG(V, 0.0), de(K, 0.0);
+    for (int64_t i = 0; i < K; ++i)
+      e[i] = lane(operand(2), i) * k[i];
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t j = 0; j < V; ++j) {
+        eS[j] += e[i] * S.data[i * V + j];
+        kG[j] += k[i] * g.data[i * V + j];
+      }
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t j = 0; j < V; ++j) {
+        grad(0).data[i * V + j] += g.data[i * V + j] - e[i] * kG[j];
+        grad(1).data[i] -= g.data[i * V + j] * eS[j];
+        de[i] -= kG[j] * S.data[i * V + j];
+      }
+    if (normalized) {
+      double en = dot(e, S.norm), kGn = dot(k, g.norm);
+      for (int64_t i = 0; i < K; ++i) {
+        grad(0).norm[i] += g.norm[i] - e[i] * kGn;
+        grad(1).data[i] -= g.norm[i] * en;
+        de[i] -= kGn * S.norm[i];
+      }
+    }
+    for (int64_t i = 0; i < K; ++i) {
+      grad(1).data[i] += de[i] * lane(operand(2), i);
+      addToLane(grad(2), i, de[i] * k[i]);
+    }
+  } else if (name == "linac.write") {
+    // r = S + k (w (.) v)^T, w the strength (a scalar or a value vector).
+    const std::vector<double> &k = operand(1).data;
+    const std::vector<double> &v = operand(2).data;
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t j = 0; j < V; ++j) {
+        double gij = g.data[i * V + j];
+        double w = has(3) ? lane(operand(3), j) : 1.0;
+        grad(0).data[i * V + j] += gij;
+        grad(1).data[i] += gij * w * v[j];
+        grad(2).data[j] += gij * w * k[i];
+        if (has(3))
+          addToLane(grad(3), j, gij * k[i] * v[j]);
+      }
+    if (normalized) {
+      double beta = has(3) ? operand(3).data[0] : 1.0;
+      for (int64_t i = 0; i < K; ++i) {
+        grad(0).norm[i] += g.norm[i];
+        grad(1).data[i] += g.norm[i] * beta;
+        if (has(3))
+          grad(3).data[0] += g.norm[i] * k[i];
+      }
+    }
+  } else if (name == "linac.read") {
+    double scale = attrs.contains("scale") ? attrs.at("scale").get<double>()
+                   : problem.scale != 0.0  ? problem.scale
+                                           : 1.0 / std::sqrt(double(K));
+    const Value &S = operand(0);
+    std::vector<double> qs = operand(1).data;
+    for (double &x : qs)
+      x *= scale;
+    // r = S^T qs, then over max(|n . qs|, 1) when normalized.
+    std::vector<double> dr = g.data, dqs(K, 0.0);
+    if (attrs.value("normalized", false)) {
+      std::vector<double> raw(V, 0.0);
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < V; ++j)
+          raw[j] += S.data[i * V + j] * qs[i];
+      double m = dot(S.norm, qs), denom = std::max(std::fabs(m), 1.0);
+      double dDenom = 0.0;
+      for (int64_t j = 0; j < V; ++j) {
+        dr[j] = g.data[j] / denom;
+        dDenom -= g.data[j] * raw[j] / (denom * denom);
+      }
+      double dm = std::fabs(m) > 1.0 ? (m > 0.0 ? dDenom : -dDenom) : 0.0;
+      for (int64_t i = 0; i < K; ++i) {
+        grad(0).norm[i] += dm * qs[i];
+        dqs[i] += dm * S.norm[i];
+      }
+    }
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t j = 0; j < V; ++j) {
+        grad(0).data[i * V + j] += dr[j] * qs[i];
+        dqs[i] += S.data[i * V + j] * dr[j];
+      }
+    for (int64_t i = 0; i < K; ++i)
+      grad(1).data[i] += dqs[i] * scale;
+  } else if (name == "linac.l2norm") {
+    double eps = attrs.value("eps", 1.0e-6);
+    const std::vector<double> &x = operand(0).data;
+    double norm = std::sqrt(dot(x, x) + eps), xg = dot(x, g.data);
+    for (size_t i = 0; i < x.size(); ++i)
+      grad(0).data[i] += g.data[i] / norm - x[i] * xg / (norm * norm * norm);
+  } else if (name == "linac.dot") {
+    for (size_t i = 0; i < operand(0).data.size(); ++i) {
+      grad(0).data[i] += g.data[0] * operand(1).data[i];
+      grad(1).data[i] += g.data[0] * operand(0).data[i];
+    }
+  } else if (name == "linac.broadcast") {
+    for (double x : g.data)
+      grad(0).data[0] += x;
+  } else if (name == "linac.head_index" || name == "arith.constant") {
+    // No operands.
+  } else if (auto it = unaryDerivatives().find(name);
+             it != unaryDerivatives().end()) {
+    for (size_t i = 0; i < g.data.size(); ++i)
+      grad(0).data[i] += g.data[i] * it->second(operand(0).data[i], r.data[i]);
+  } else if (auto it = binaryDerivatives().find(name);
+             it != binaryDerivatives().end()) {
+    for (size_t i = 0; i < g.data.size(); ++i) {
+      auto [da, db] = it->second(operand(0).data[i], operand(1).data[i]);
+      grad(0).data[i] += g.data[i] * da;
+      grad(1).data[i] += g.data[i] * db;
+    }
+  } else {
+    throw std::runtime_error("reference: no derivative for op '" + name + "'");
+  }
+}
+
 } // namespace
 
 Result run(const Problem &problem) { return Interpreter(problem).run(); }
+
+Gradients gradients(const Problem &problem, const std::vector<double> &dOutput,
+                    const std::vector<double> &dFinalState) {
+  return Interpreter(problem).gradients(dOutput, dFinalState);
+}
 
 } // namespace linac::reference

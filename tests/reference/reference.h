@@ -3,8 +3,9 @@
 // Interprets the step program that `linac compile` writes into a package's
 // manifest ("step", see docs/design.md, the package) one token at a time in
 // double precision, applying the primitive transitions of docs/design.md
-// literally. It shares no code with the chunked kernels and is what their
-// tests compare against.
+// literally, and its gradients by reverse mode through the same step. It
+// shares no code with the chunked kernels and is what their tests compare
+// against.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,6 +49,23 @@ struct Result {
 /// Runs the step over every sequence and head. Throws std::runtime_error
 /// for an op it does not know.
 Result run(const Problem &problem);
+
+/// The gradients of L = <dOutput, output> + <dFinalState, finalState> with
+/// respect to each input, parameter and the initial state, laid out as
+/// they are (an argument shared by a group of heads sums its heads', a
+/// parameter its tokens'; initialState is full size even when the problem's
+/// is empty). Reverse mode through the same token-by-token step, each
+/// token's values recomputed from the state entering it.
+struct Gradients {
+  std::vector<std::vector<double>> inputs;
+  std::vector<std::vector<double>> params;
+  std::vector<double> initialState;
+};
+
+/// `dOutput` is [total_tokens, H, V]; `dFinalState` as Result::finalState,
+/// or empty for zeros. Throws std::runtime_error for an op it does not know.
+Gradients gradients(const Problem &problem, const std::vector<double> &dOutput,
+                    const std::vector<double> &dFinalState);
 
 } // namespace linac::reference
 

@@ -365,11 +365,12 @@ LINAC_DEVICE float warpSumsSpread(float (&x)[N], int &index) {
 /// sub-chunk h (rows 8h..8h+7, their prologue run and their cumulative
 /// log-gates from the half's start in `gates`), before the block's products:
 /// the half's end Lambda_h (the cumulative log-gates there, from the
-/// halves' totals) and, for the last, the chunk's decay vector; P and A
-/// between the half's tokens, pair by pair in fp32; then its rows in place
-/// to the half's references, so that no factor exceeds 1 however strong the
-/// gates: q and e times e^(lambda_i - Lambda_h-1), k times
-/// e^(Lambda_h - lambda_j). Also zeros P and A above the diagonal and A on it.
+/// halves' totals) and, for the last, the chunk's log-decay vector; P and
+/// (with an erase) A between the half's tokens, pair by pair in fp32; then
+/// its rows in place to the half's references, so that no factor exceeds 1
+/// however strong the gates: q and e times e^(lambda_i - Lambda_h-1), k
+/// times e^(Lambda_h - lambda_j). Also zeros P above the diagonal and A on
+/// and above it.
 template <typename Layer, typename Layout>
 LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
                               int thread, const HalfGates<Layer::K> &gates,
@@ -564,9 +565,10 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
 /// Prepares a buffer whose rows hold a chunk's prologue operands, by a
 /// group of kPipelineGroupWarps warps (warp p of them, thread `thread`),
 /// `prepared()` their barrier: cumulative log-gates; the masked
-/// intra-chunk matrices P (when `reads`) and A; T = (I + A)^-1 by blocks;
-/// U' = T U (zero unless `values`) and W = T (E (.) Gamma); the queries and
-/// keys rescaled to Q (.) Gamma scale and K (.) Gamma_C / Gamma.
+/// intra-chunk matrices P (when `reads`) and, with an erase, A,
+/// T = (I + A)^-1 by blocks, U' = T U (zero unless `values`) and
+/// W = T (E (.) Gamma); the queries and keys rescaled to Q (.) Gamma scale
+/// and K (.) Gamma_C / Gamma.
 template <typename Layer, typename Layout, typename Sync>
 LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
                                 int thread, float scale, bool reads,
@@ -798,7 +800,8 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
 }
 
 /// One chunk through a state warp's columns of S^T, from a prepared
-/// buffer: Delta^T = U'^T - S^T W^T (U' taken as zero unless `values`);
+/// buffer: Delta^T = U'^T - S^T W^T (U' taken as zero unless `values`; U^T
+/// without an erase);
 /// with `reads`, O^T = S^T Q^T + Delta^T P^T into the reads' memory; then
 /// S^T <- Gamma_C S^T + Delta^T K'. The state and Delta stay in the warp's
 /// registers as A operands.

@@ -57,8 +57,7 @@ double modelledChunks(const SegmentShape &shape, int64_t most) {
          passTime(longest, finish, multiprocessors) + double(2 + composed);
 }
 
-bool takesPhased(manifest::PhasedUse use, bool segmented,
-                 size_t workspaceBytes,
+bool takesPhased(manifest::PhasedUse use, bool segmented, size_t workspaceBytes,
                  const std::function<size_t()> &freeBytes) {
   if (use == manifest::PhasedUse::Always)
     return true;

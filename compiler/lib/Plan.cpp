@@ -319,11 +319,11 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // One program per (sequence, head): sixteen warps, the state in their
     // registers. A key-side gate or none also has kernels of warp groups
     // where their buffers fit: the phased ones, with an erase or without,
-    // and with an erase under no gate or a scalar one the pipelined one. chunk-kernel=pipelined makes
-    // the chunkwise entry the pipelined kernel: one group of warps prepares
-    // the next chunk (the intra-chunk products and the solve) while the
-    // other advances the state through the current one; on an H200 it
-    // takes as long as the lockstep kernel (bench/history/
+    // and with an erase under no gate or a scalar one the pipelined one.
+    // chunk-kernel=pipelined makes the chunkwise entry the pipelined kernel:
+    // one group of warps prepares the next chunk (the intra-chunk products and
+    // the solve) while the other advances the state through the current one; on
+    // an H200 it takes as long as the lockstep kernel (bench/history/
     // forward-chunkwise.md, version 17). The phased kernels prepare every
     // chunk at once in one kernel and then run the state through them in
     // another; they come beside the lockstep entry, taken by the runtime
@@ -339,8 +339,8 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     int64_t pipelinedBytes = cuda::PipelineMap(keys, values).bytes;
     cuda::PipelineMap phasedState(keys, values, cuda::PipelineBlock::State,
                                   gate, erase);
-    cuda::PipelineMap prepare(keys, values, cuda::PipelineBlock::Prepare,
-                              gate, erase);
+    cuda::PipelineMap prepare(keys, values, cuda::PipelineBlock::Prepare, gate,
+                              erase);
     bool pipelined = grouped && erase && gate != cuda::Gate::Vector &&
                      chunkKernel == "pipelined" &&
                      pipelinedBytes <= sharedMemoryLimit(target);

@@ -117,7 +117,9 @@ const std::map<std::string, UnaryDerivative> &unaryDerivatives() {
       {"math.rsqrt", [](double, double y) { return -0.5 * y * y * y; }},
       {"math.tanh", [](double, double y) { return 1.0 - y * y; }},
       {"math.absf",
-       [](double x, double) { return x > 0.0 ? 1.0 : x < 0.0 ? -1.0 : 0.0; }},
+       [](double x, double) { return x > 0.0   ? 1.0
+                                     : x < 0.0 ? -1.0
+                                               : 0.0; }},
       {"linac.sigmoid", [](double, double y) { return y * (1.0 - y); }},
       {"linac.softplus",
        [](double x, double) { return 1.0 / (1.0 + std::exp(-x)); }},
@@ -269,7 +271,7 @@ size_t Interpreter::sizeOf(Kind kind) const {
 }
 
 size_t Interpreter::argumentOffset(const Tensor &tensor, int64_t id,
-                                  int64_t row, int64_t head) const {
+                                   int64_t row, int64_t head) const {
   int64_t argHead = head / (problem.numHeads / tensor.heads);
   return (row * tensor.heads + argHead) * sizeOf(kinds.at(id));
 }

@@ -349,11 +349,38 @@ TEST(Reference, UnknownOpThrows) {
   Problem p =
       problem(step, {0, 1}, 1,
               {randomTensor(K, 1), randomTensor(K, 1), randomTensor(V, 1)});
-  try {
-    linac::reference::run(p);
-    FAIL() << "expected std::runtime_error";
-  } catch (const std::runtime_error &error) {
-    EXPECT_NE(std::string(error.what()).find("linac.bogus"), std::string::npos);
+  for (bool gradients : {false, true}) {
+    try {
+      if (gradients)
+        linac::reference::gradients(p, std::vector<double>(V, 1.0), {});
+      else
+        linac::reference::run(p);
+      FAIL() << "expected std::runtime_error";
+    } catch (const std::runtime_error &error) {
+      EXPECT_NE(std::string(error.what()).find("linac.bogus"),
+                std::string::npos);
+    }
+  }
+}
+
+TEST(Reference, GradientsRefuseMisshapedSeeds) {
+  Problem p =
+      problem(json::parse(kLinear), {0, 2}, 1,
+              {randomTensor(2 * K, 1), randomTensor(2 * K, 1),
+               randomTensor(2 * V, 1)});
+  const std::vector<double> dOutput(2 * V, 1.0), dFinal(K * V, 1.0);
+  EXPECT_NO_THROW(linac::reference::gradients(p, dOutput, dFinal));
+  EXPECT_NO_THROW(linac::reference::gradients(p, dOutput, {}));
+  for (auto [out, fin] :
+       {std::pair{std::vector<double>(V, 1.0), dFinal},
+        std::pair{dOutput, std::vector<double>(K * V + 1, 1.0)}}) {
+    try {
+      linac::reference::gradients(p, out, fin);
+      FAIL() << "expected std::runtime_error";
+    } catch (const std::runtime_error &error) {
+      EXPECT_NE(std::string(error.what()).find("wrong size"),
+                std::string::npos);
+    }
   }
 }
 

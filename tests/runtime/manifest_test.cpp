@@ -174,6 +174,16 @@ TEST(Manifest, PhasedKernelsFollowThePlan) {
   EXPECT_EQ(manifest.phased->use, schema::PhasedUse::ByShape);
   schema::Manifest read = schema::read(schema::write(manifest));
   EXPECT_EQ(read.phased->state[0].blockThreads, 256);
+  // Each use reads back as written.
+  for (schema::PhasedUse use :
+       {schema::PhasedUse::Segmented, schema::PhasedUse::Always}) {
+    schema::Manifest withUse = manifest;
+    withUse.plan.phased = use;
+    withUse.phased = schema::phasedFor(withUse.plan, "layer.cubin");
+    schema::Manifest back = schema::read(schema::write(withUse));
+    EXPECT_EQ(back.plan.phased, use);
+    EXPECT_EQ(back.phased->use, use);
+  }
 
   struct Case {
     std::function<void(nlohmann::json &)> edit;

@@ -18,9 +18,9 @@ namespace {
 
 using linac::cutSegments;
 using linac::modelledChunks;
+using linac::SegmentShape;
 using linac::takesPhased;
 using linac::manifest::PhasedUse;
-using linac::SegmentShape;
 
 SegmentShape uniform(int64_t batch, int64_t tokens, int64_t heads,
                      int64_t transitionBlocks) {

@@ -61,8 +61,7 @@ double modelledChunks(const SegmentShape &shape, int64_t chunks);
 /// measured, from 32 to 1024 (sequence, head) pairs, whole or cut
 /// (bench/history/forward-chunkwise.md, versions 21 and 23); those without
 /// an erase under a scalar gate or none only where the batch is cut.
-bool takesPhased(manifest::PhasedUse use, bool segmented,
-                 size_t workspaceBytes,
+bool takesPhased(manifest::PhasedUse use, bool segmented, size_t workspaceBytes,
                  const std::function<size_t()> &freeBytes);
 
 } // namespace linac

@@ -696,8 +696,9 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           "  static constexpr DecodeStaging kDecodeStaging = "
           "DecodeStaging::{};\n{}{}",
           gate.str(),
-          plan.chunkKernel == manifest::ChunkKernel::Pipelined ? "Pipelined"
-                                                               : "Lockstep",
+          plan.chunkKernel == manifest::ChunkKernel::Pipelined   ? "Pipelined"
+          : plan.chunkKernel == manifest::ChunkKernel::Warpgroup ? "Warpgroup"
+                                                                 : "Lockstep",
           plan.decodeWarps.value(), plan.decodeStages.value(),
           plan.decodeParts.value(),
           decodeStagingName(plan.decodeStaging.value()).str(),

@@ -51,6 +51,22 @@ cuda::ChunkShape chunkShape(LayerOp layer, const NormalForm &form) {
   return shape;
 }
 
+/// The warpgroup kernel's shared memory (templates/linac/cuda/warpgroup.h),
+/// which stages every input's rows, or nothing when an input is neither a
+/// scalar nor rows of whole 16-byte runs.
+std::optional<cuda::WarpgroupMap> warpgroupMap(LayerOp layer,
+                                               const cuda::ChunkShape &shape) {
+  int64_t rowBytes = 0;
+  for (BlockArgument input : layer.getInputs()) {
+    int64_t elements = elementsOf(input.getType());
+    if (elements != 1 && !cuda::stagedRowBytes(elements))
+      return std::nullopt;
+    rowBytes += cuda::stagedRowBytes(elements);
+  }
+  return cuda::WarpgroupMap(shape.keys, shape.values, shape.gate, rowBytes,
+                            shape.paramBytes);
+}
+
 /// Inputs the chunkwise kernel copies into shared memory a chunk ahead
 /// (SharedInputRows in templates/linac/cuda/chunk.h): those whose token rows
 /// of 16-bit activations are whole 16-byte runs, in order, while `room`
@@ -344,13 +360,29 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     bool pipelined = grouped && erase && gate != cuda::Gate::Vector &&
                      chunkKernel == "pipelined" &&
                      pipelinedBytes <= sharedMemoryLimit(target);
-    bool phased = grouped &&
+    // Without an erase under a scalar gate or none, the chunkwise entry is
+    // the warpgroup kernel: producer warps run the prologue into swizzled
+    // tiles while a consumer warpgroup for each 64 value columns takes
+    // every product by wgmma. On an H200 it is faster than the lockstep
+    // kernel for whole sequences and than the phased kernels in segments
+    // (linear attention 0.246 against 0.340 ms at B8 T4096 H16, 0.460
+    // against 0.603 at B1 T32768; bench/history/forward-chunkwise.md,
+    // version 24), so the phased kernels are not offered beside it.
+    std::optional<cuda::WarpgroupMap> warpgroupShared =
+        warpgroupMap(layer, chunkShape(layer, form));
+    bool warpgroup = grouped && !erase && gate != cuda::Gate::Vector &&
+                     (keys == 64 || keys == 128) && values == 128 &&
+                     (chunkKernel == "auto" || chunkKernel == "warpgroup") &&
+                     warpgroupShared &&
+                     warpgroupShared->bytes <= sharedMemoryLimit(target);
+    bool phased = grouped && !warpgroup &&
                   (chunkKernel == "auto" || chunkKernel == "phased") &&
                   phasedState.bytes <= sharedMemoryLimit(target);
-    plan.chunkKernel = pipelined ? manifest::ChunkKernel::Pipelined
-                                 : manifest::ChunkKernel::Lockstep;
-    if (pipelined) {
-      sharedBytes = pipelinedBytes;
+    plan.chunkKernel = pipelined   ? manifest::ChunkKernel::Pipelined
+                       : warpgroup ? manifest::ChunkKernel::Warpgroup
+                                   : manifest::ChunkKernel::Lockstep;
+    if (pipelined || warpgroup) {
+      sharedBytes = pipelined ? pipelinedBytes : warpgroupShared->bytes;
       plan.sharedInputs.emplace();
       plan.lateSharedInputs.emplace();
     }
@@ -370,7 +402,8 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
       plan.prepareSharedMemory = prepare.bytes;
       plan.preparedChunkBytes = prepare.bufferBytes;
     }
-    plan.blockThreads = cuda::kChunkThreads;
+    plan.blockThreads =
+        warpgroup ? cuda::warpgroupThreads(values) : cuda::kChunkThreads;
     plan.sharedMemory = sharedBytes;
     // The kernel's operands are bf16 whatever the activations, so fp16
     // inputs lose 3 mantissa bits the reference keeps; a normaliser's
@@ -415,10 +448,11 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       return signalPassFailure();
     }
     if (chunkKernel != "auto" && chunkKernel != "lockstep" &&
-        chunkKernel != "pipelined" && chunkKernel != "phased") {
-      getOperation().emitError()
-          << "chunk-kernel must be auto, lockstep, pipelined or phased, got '"
-          << chunkKernel << "'";
+        chunkKernel != "pipelined" && chunkKernel != "phased" &&
+        chunkKernel != "warpgroup") {
+      getOperation().emitError() << "chunk-kernel must be auto, lockstep, "
+                                    "pipelined, phased or warpgroup, got '"
+                                 << chunkKernel << "'";
       return signalPassFailure();
     }
     getOperation().walk([&](LayerOp layer) {
@@ -429,23 +463,32 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
       // A chunkable layer, whether its plan is chunkwise or a scan.
       bool chunkable = plan.chunkSize || plan.recurrentReason;
       // What was asked for by name must be what the plan took.
-      bool asked = chunkKernel == "pipelined" || chunkKernel == "phased";
+      bool asked = chunkKernel == "pipelined" || chunkKernel == "phased" ||
+                   chunkKernel == "warpgroup";
       bool taken = chunkKernel == "pipelined"
                        ? plan.chunkKernel == manifest::ChunkKernel::Pipelined
+                   : chunkKernel == "warpgroup"
+                       ? plan.chunkKernel == manifest::ChunkKernel::Warpgroup
                        : plan.phased.has_value();
       if (gpu && asked && chunkable && !taken) {
-        layer.emitError()
-            << "chunk-kernel=" << chunkKernel << ": the " << chunkKernel
-            << " kernel takes "
-            << (chunkKernel == "pipelined"
-                    ? "an erase under no gate or a scalar one"
-                    : "any key-side gate or none")
-            << ", without a normaliser, a value-side decay, the read after "
-               "the write, K and V "
-               "multiples of 16 with V at most "
-            << 16 * cuda::kPipelineGroupWarps
-            << ", on sm_90a (it sets each warp group's registers or moves "
-               "chunks by bulk copies)";
+        auto error = layer.emitError();
+        error << "chunk-kernel=" << chunkKernel << ": the " << chunkKernel
+              << " kernel takes ";
+        if (chunkKernel == "warpgroup")
+          error << "no erase, under a scalar key-side gate or none, without "
+                   "a normaliser, a value-side decay, the read after the "
+                   "write, K of 64 or 128 and V of 128, its input rows "
+                   "within shared memory, on sm_90a (its products are "
+                   "wgmma)";
+        else
+          error << (chunkKernel == "pipelined"
+                        ? "an erase under no gate or a scalar one"
+                        : "any key-side gate or none")
+                << ", without a normaliser, a value-side decay, the read "
+                   "after the write, K and V multiples of 16 with V at most "
+                << 16 * cuda::kPipelineGroupWarps
+                << ", on sm_90a (it sets each warp group's registers or "
+                   "moves chunks by bulk copies)";
         return signalPassFailure();
       }
       setPlan(layer, plan);

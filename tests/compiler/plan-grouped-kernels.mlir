@@ -30,7 +30,7 @@
 // CPU-NOT: chunk_kernel
 // sm_80 can neither set each warp group's registers nor make bulk copies.
 // SM80: error: chunk-kernel=pipelined: the pipelined kernel takes an erase under no gate or a scalar one, without a normaliser, a value-side decay, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a (it sets each warp group's registers or moves chunks by bulk copies)
-// BADVALUE: error: chunk-kernel must be auto, lockstep, pipelined or phased, got 'fast'
+// BADVALUE: error: chunk-kernel must be auto, lockstep, pipelined, phased or warpgroup, got 'fast'
 
 // The phased kernels always on request, beside the lockstep entry: a state
 // block of one warp group, its two chunk buffers, the reads and two

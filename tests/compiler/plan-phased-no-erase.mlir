@@ -11,7 +11,10 @@
 // reads (64 x 68 fp32) and two barriers. Under the scalar gate at
 // K = V = 128: 256 + 16 bytes, then k, u, q (64 x 136) and P (64 x 72).
 // By default the runtime takes them for any batch under the key-vector
-// gate, and under the scalar one only for batches it cuts into segments.
+// gate, and under the scalar one only for batches it cuts into segments,
+// where the warpgroup kernel does not take the layer (V = 64); at
+// K = V = 128 the warpgroup kernel takes every batch, with no phased
+// kernels beside it.
 // PHASED: linac.layer @vector_gate
 // PHASED-SAME: family = "chunkwise"
 // PHASED-SAME: phased = "always", phased_block_threads = 256 : i64, phased_shared_memory = 92176 : i64, prepare_block_threads = 256 : i64, prepare_shared_memory = 41472 : i64, prepared_chunk_bytes = 37376 : i64
@@ -20,6 +23,10 @@
 // DEFAULT: linac.layer @vector_gate
 // DEFAULT-SAME: phased = "by_shape"
 // DEFAULT: linac.layer @scalar_gate
+// DEFAULT-SAME: chunk_kernel = "warpgroup"
+// DEFAULT-NOT: phased
+// DEFAULT: linac.layer @narrow_scalar_gate
+// DEFAULT-SAME: chunk_kernel = "lockstep"
 // DEFAULT-SAME: phased = "segmented"
 // PIPELINED: error: chunk-kernel=pipelined: the pipelined kernel takes an erase under no gate or a scalar one
 
@@ -49,4 +56,14 @@ linac.layer @scalar_gate(%S : !wide_state)
   %S2 = linac.write %S1, %k, %v : !wide_state, !wide_key, !wide_value
   %o = linac.read %S2, %q : !wide_state, !wide_key -> !wide_value
   linac.yield %S2, %o : !wide_state, !wide_value
+}
+
+linac.layer @narrow_scalar_gate(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %g : f32) {
+  %zero = arith.constant 0.0 : f32
+  %log_a = arith.minimumf %g, %zero : f32
+  %S1 = linac.decay %S key(%log_a : f32) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
 }

@@ -79,8 +79,9 @@ static cl::opt<std::string> chunkKernel(
     cl::desc("A GPU's chunkwise kernels: auto (the default: lockstep, and "
              "the phased kernels for the shapes they win at where the layer "
              "has them), lockstep, pipelined (an erase under no gate or a "
-             "scalar one), or phased (always; an erase under any key-side "
-             "gate or none); the last two on sm_90a"),
+             "scalar one), phased (always; an erase under any key-side "
+             "gate or none), or warpgroup (wgmma; no erase, a scalar gate "
+             "or none); the last three on sm_90a"),
     cl::init("auto"), cl::sub(compileCommand));
 static cl::opt<Emit> emitStage(
     "emit", cl::desc("What to produce (printed, except the package)"),

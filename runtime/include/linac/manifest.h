@@ -47,7 +47,7 @@ enum class ReadOrder { After, Before };
 /// whole tile, a per-channel gate split through reference log-gates (CPU),
 /// per-pair differences (CPU, value-side decays) or sub-chunks (GPUs).
 enum class GateNumerics { None, ScalarTile, Reference, Pairwise, Subchunk };
-enum class ChunkKernel { Lockstep, Pipelined };
+enum class ChunkKernel { Lockstep, Pipelined, Warpgroup };
 /// When a package's phased kernels run instead of its chunkwise entry:
 /// for the shapes the runtime finds them faster at, for those only when it
 /// also cuts the batch into segments, or always.
@@ -95,7 +95,8 @@ LINAC_ENUM_NAMES(GateNumerics, {{GateNumerics::None, "none"},
                                 {GateNumerics::Pairwise, "pairwise"},
                                 {GateNumerics::Subchunk, "subchunk"}})
 LINAC_ENUM_NAMES(ChunkKernel, {{ChunkKernel::Lockstep, "lockstep"},
-                               {ChunkKernel::Pipelined, "pipelined"}})
+                               {ChunkKernel::Pipelined, "pipelined"},
+                               {ChunkKernel::Warpgroup, "warpgroup"}})
 LINAC_ENUM_NAMES(PhasedUse, {{PhasedUse::ByShape, "by_shape"},
                              {PhasedUse::Segmented, "segmented"},
                              {PhasedUse::Always, "always"}})

@@ -62,8 +62,10 @@ template <int K, int V, Gate G> struct ChunkOperands {
 /// read the previous chunk's, so the copies overlap the rest of that chunk;
 /// those of Layer::lateSharedInput (Late) into the memory of P and A (and,
 /// with an erase, of Delta; with a gate, of the state copy) once the
-/// previous chunk's products are done, so they overlap its epilogue.
-template <typename Layer, bool Late = false> struct SharedInputRows {
+/// previous chunk's products are done, so they overlap its epilogue. A
+/// block's Warps warps take every Warps-th token each.
+template <typename Layer, bool Late = false, int Warps = kChunkWarps>
+struct SharedInputRows {
   static constexpr int C = Layer::kChunkSize;
   LINAC_HOST_DEVICE static constexpr bool holds(int i) {
     return Late ? Layer::lateSharedInput(i) : Layer::sharedInput(i);
@@ -97,21 +99,20 @@ template <typename Layer, bool Late = false> struct SharedInputRows {
           constexpr int i = decltype(input)::value;
           if constexpr (holds(i)) {
             static_assert(rowBytes(i) % 16 == 0, "rows of whole 16-byte runs");
-            constexpr int Rows = C / kChunkWarps, pieces = rowBytes(i) / 16;
-            // The warp's rows are kChunkWarps tokens apart in both places.
+            constexpr int Rows = C / Warps, pieces = rowBytes(i) / 16;
+            // The warp's rows are Warps tokens apart in both places.
             const char *first = reinterpret_cast<const char *>(
                 Token<Layer, T>{args, start + warp, head}.input(i));
-            const int64_t stride =
-                args.input_heads[i] * rowBytes(i) * kChunkWarps;
+            const int64_t stride = args.input_heads[i] * rowBytes(i) * Warps;
             char *target = rows + offset(i) + warp * rowBytes(i);
             auto each = [&](auto move) {
 #pragma unroll
               for (int j = 0; j < (Rows * pieces + 31) / 32; ++j) {
                 const int f = laneId() + 32 * j, r = f / pieces,
                           piece = f % pieces;
-                if (f < Rows * pieces && warp + r * kChunkWarps < length)
+                if (f < Rows * pieces && warp + r * Warps < length)
                   move(first + r * stride + piece * 16,
-                       target + r * kChunkWarps * rowBytes(i) + piece * 16);
+                       target + r * Warps * rowBytes(i) + piece * 16);
               }
             };
             // Rows move in 16-byte pieces when the input is 16-byte aligned
@@ -181,32 +182,32 @@ template <typename Layer> LINAC_HOST_DEVICE constexpr bool inSharedRows(int i) {
 }
 
 /// The scalar inputs (those not in SharedInputRows) of a warp's tokens of a
-/// chunk: lane r holds those of row warp + kChunkWarps r, loaded with the
-/// rows, a chunk ahead.
-template <typename Layer, typename T> struct ChunkScalars {
+/// chunk: lane r holds those of row warp + Warps r, loaded with the rows, a
+/// chunk ahead, and kept as loaded until read (a conversion at the load
+/// would wait for it there).
+template <typename Layer, typename T, int Warps = kChunkWarps>
+struct ChunkScalars {
   LINAC_HOST_DEVICE static constexpr bool holds(int i) {
     return !inSharedRows<Layer>(i) && Layer::inputSize(i) == 1;
   }
-  float value[Layer::kNumInputs > 0 ? Layer::kNumInputs : 1];
+  T value[Layer::kNumInputs > 0 ? Layer::kNumInputs : 1];
 
   LINAC_DEVICE void load(const linac_cuda_forward_args &args, int64_t start,
                          int length, int head, int warp) {
-    const int row = warp + laneId() * kChunkWarps;
-    const bool live =
-        laneId() < Layer::kChunkSize / kChunkWarps && row < length;
+    const int row = warp + laneId() * Warps;
+    const bool live = laneId() < Layer::kChunkSize / Warps && row < length;
     forEachIndex(
         [&](auto input) {
           constexpr int i = decltype(input)::value;
           if constexpr (holds(i))
             if (live)
-              value[i] =
-                  toFloat(*Token<Layer, T>{args, start + row, head}.input(i));
+              value[i] = *Token<Layer, T>{args, start + row, head}.input(i);
         },
         std::make_integer_sequence<int, Layer::kNumInputs>{});
   }
   /// Input i of the warp's row `row`, on every lane.
   LINAC_DEVICE float at(int i, int row) const {
-    return __shfl_sync(0xffffffffu, value[i], row / kChunkWarps);
+    return __shfl_sync(0xffffffffu, toFloat(value[i]), row / Warps);
   }
 };
 
@@ -294,9 +295,10 @@ private:
 
 /// Input i of a staged token, read back in WarpVec's layout: from its row
 /// in shared memory, or from the registers StagedInputs loaded it into.
-template <typename Layer, typename T> struct StagedInput {
+template <typename Layer, typename T, int Warps = kChunkWarps>
+struct StagedInput {
   using Staged = StagedInputs<Layer, T>;
-  using Scalars = ChunkScalars<Layer, T>;
+  using Scalars = ChunkScalars<Layer, T, Warps>;
   const Staged &staged;
   const Scalars &scalars;
   int i;
@@ -342,13 +344,14 @@ template <typename Layer, typename T> struct StagedInput {
 
 /// A token whose inputs the prologue reads from shared memory and from its
 /// warp's registers.
-template <typename Layer, typename T> struct StagedToken : Token<Layer, T> {
+template <typename Layer, typename T, int Warps = kChunkWarps>
+struct StagedToken : Token<Layer, T> {
   const StagedInputs<Layer, T> &staged;
-  const ChunkScalars<Layer, T> &scalars;
+  const ChunkScalars<Layer, T, Warps> &scalars;
   const char *rows, *lateRows, *params;
   int row;
   /// The generated prologue passes constant indices, so slots fold.
-  LINAC_DEVICE StagedInput<Layer, T> input(int i) const {
+  LINAC_DEVICE StagedInput<Layer, T, Warps> input(int i) const {
     return {staged, scalars, i, rows, lateRows, row};
   }
   /// Parameters from ChunkParams' copy.
@@ -383,11 +386,6 @@ struct ScaledSharedColumns {
   SharedColumns columns;
   const float *rowScales;
 };
-
-LINAC_DEVICE uint32_t pack(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&v);
-}
 
 LINAC_DEVICE void mma(float (&d)[4], const uint32_t (&a)[4],
                       const uint32_t (&b)[2]) {
@@ -427,7 +425,7 @@ LINAC_DEVICE uint32_t scalePair(uint32_t pair, float low, float high) {
   __nv_bfloat162 v;
   memcpy(&v, &pair, sizeof v);
   float2 x = __bfloat1622float2(v);
-  return pack(x.x * low, x.y * high);
+  return packPair(x.x * low, x.y * high);
 }
 LINAC_DEVICE void fragmentA(uint32_t (&a)[4], const ScaledSharedColumns &x,
                             int k0) {
@@ -605,8 +603,27 @@ template <typename Layer> struct ChunkLayout {
   }
 };
 
+/// A layer as the warpgroup kernel stages its inputs: every input whose
+/// rows are whole 16-byte runs, the whole chunk's, by the producer's warps.
+template <typename Layer> struct WarpgroupInputs : Layer {
+  LINAC_HOST_DEVICE static constexpr bool sharedInput(int i) {
+    return stagedRowBytes(Layer::inputSize(i)) > 0;
+  }
+  LINAC_HOST_DEVICE static constexpr bool lateSharedInput(int) { return false; }
+};
+
+template <typename Layer>
+LINAC_HOST_DEVICE constexpr WarpgroupMap warpgroupMap() {
+  return WarpgroupMap(Layer::K, Layer::V, Layer::kKeyGate,
+                      SharedInputRows<WarpgroupInputs<Layer>>::kBytes /
+                          Layer::kChunkSize,
+                      ChunkParams<Layer>::kBytes);
+}
+
 template <typename Layer> constexpr int chunkThreads() {
-  return kChunkThreads;
+  return Layer::kChunkKernel == ChunkKernel::Warpgroup
+             ? warpgroupThreads(Layer::V)
+             : kChunkThreads;
 }
 
 /// v over the same lanes and slots as a vector of N, zero past the shorter
@@ -661,6 +678,8 @@ using ChunkTile = std::conditional_t<Layer::K % 16 == 0 && Layer::V % 16 == 0,
 template <typename Layer> constexpr size_t chunkSharedBytes() {
   if constexpr (Layer::kChunkKernel == ChunkKernel::Pipelined)
     return size_t(PipelineMap(Layer::K, Layer::V).bytes);
+  else if constexpr (Layer::kChunkKernel == ChunkKernel::Warpgroup)
+    return size_t(warpgroupMap<Layer>().bytes);
   else
     return ChunkLayout<ChunkTile<Layer>>::kBytes;
 }
@@ -833,7 +852,7 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
         for (int r = 0; r < 4; r += 2) {
           int row = stateRow + accRow(r), col = columnBase + n * 8 + accCol(r);
           *reinterpret_cast<uint32_t *>(s.state + row * DS + col) =
-              pack(state[n][r], state[n][r + 1]);
+              packPair(state[n][r], state[n][r + 1]);
           if (kNormalizer && col == V)
             s.stateNormalizer[row] = state[n][r];
         }
@@ -1012,9 +1031,9 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
             acc,
             [&](int r, int d) {
               int i = readRows + r;
-              return pack(Layout::at(x, KS, i, d) * __expf(decay(i, d)),
-                          Layout::at(x, KS, i, d + 1) *
-                              __expf(decay(i, d + 1)));
+              return packPair(Layout::at(x, KS, i, d) * __expf(decay(i, d)),
+                              Layout::at(x, KS, i, d + 1) *
+                                  __expf(decay(i, d + 1)));
             },
             state, KeySteps, readTiles);
       else
@@ -1079,10 +1098,10 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
       float acc[C / 8][4];
       zero(acc);
       auto pairB = [&](int d, int j) {
-        return pack(Layout::at(s.k, KS, j, d) *
-                        __expf(s.lambda(ref, d) - s.lambda(j, d)),
-                    Layout::at(s.k, KS, j, d + 1) *
-                        __expf(s.lambda(ref, d + 1) - s.lambda(j, d + 1)));
+        return packPair(Layout::at(s.k, KS, j, d) *
+                            __expf(s.lambda(ref, d) - s.lambda(j, d)),
+                        Layout::at(s.k, KS, j, d + 1) *
+                            __expf(s.lambda(ref, d + 1) - s.lambda(j, d + 1)));
       };
       int liveTiles = rowBase / 8;
       // x_i (.) e^(decay_i - lambda_ref) against pairB, for P and for A.
@@ -1096,8 +1115,8 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
             acc,
             [&](int r, int d) {
               int i = rowBase + r;
-              return pack(Layout::at(x, KS, i, d) * factor(i, d),
-                          Layout::at(x, KS, i, d + 1) * factor(i, d + 1));
+              return packPair(Layout::at(x, KS, i, d) * factor(i, d),
+                              Layout::at(x, KS, i, d + 1) * factor(i, d + 1));
             },
             pairB, KeySteps, liveTiles);
       };
@@ -1174,12 +1193,12 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
                               s.lambda(ref, c));
               };
               const __nv_bfloat16 *x = query ? s.q : s.e;
-              return pack(Layout::at(x, KS, i, d) * factor(d),
-                          Layout::at(x, KS, i, d + 1) * factor(d + 1));
+              return packPair(Layout::at(x, KS, i, d) * factor(d),
+                              Layout::at(x, KS, i, d + 1) * factor(d + 1));
             },
             [&](int d, int j) {
               const int key = rowBase + j;
-              return pack(
+              return packPair(
                   Layout::at(s.k, KS, key, d) *
                       __expf(s.lambda(ref, d) - s.lambda(key, d)),
                   Layout::at(s.k, KS, key, d + 1) *
@@ -1262,8 +1281,8 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
           __syncwarp();
           low[0] = d[0], low[1] = d[1], high[0] = d[2], high[1] = d[3];
           __nv_bfloat16 *out = s.delta + (rows + g) * DS + cols + pair;
-          *reinterpret_cast<uint32_t *>(out) = pack(d[0], d[1]);
-          *reinterpret_cast<uint32_t *>(out + 8 * DS) = pack(d[2], d[3]);
+          *reinterpret_cast<uint32_t *>(out) = packPair(d[0], d[1]);
+          *reinterpret_cast<uint32_t *>(out + 8 * DS) = packPair(d[2], d[3]);
           if (kNormalizer && cols + pair == V) {
             s.weights[rows + g] = d[0];
             s.weights[rows + g + 8] = d[2];
@@ -1282,7 +1301,7 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
           out,
           [&](int r, int j) {
             const float *row = s.p + (readRows + r) * AS + j;
-            return pack(row[0], row[1]);
+            return packPair(row[0], row[1]);
           },
           SharedColumns{s.delta, DS, readColumns}, readRows / 16 + 1,
           readTiles);
@@ -1344,10 +1363,10 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
             [&](int r, int j) {
               int d = stateRow + r;
               float end = s.lambda(last, d);
-              return pack(Layout::at(s.k, KS, j, d) *
-                              __expf(end - s.lambda(j, d)),
-                          Layout::at(s.k, KS, j + 1, d) *
-                              __expf(end - s.lambda(j + 1, d)));
+              return packPair(Layout::at(s.k, KS, j, d) *
+                                  __expf(end - s.lambda(j, d)),
+                              Layout::at(s.k, KS, j + 1, d) *
+                                  __expf(end - s.lambda(j + 1, d)));
             },
             delta, ChunkSteps, tiles);
       for (int n = 0; n < tiles; ++n)

@@ -32,10 +32,11 @@ namespace linac::cuda {
 enum class Gate { None, Scalar, Vector };
 
 /// Which kernel a layer's chunkwise entry (linac_chunk_*) is: every warp
-/// on each chunk in turn (chunk.h), or two groups of warps on two chunks
-/// at once (pipeline.h). The phased kernels (phased.h) have entries of
-/// their own.
-enum class ChunkKernel { Lockstep, Pipelined };
+/// on each chunk in turn (chunk.h), two groups of warps on two chunks at
+/// once (pipeline.h), or a producer warpgroup and consumer warpgroups on
+/// wgmma (warpgroup.h). The phased kernels (phased.h) have entries of their
+/// own.
+enum class ChunkKernel { Lockstep, Pipelined, Warpgroup };
 
 /// Dynamic shared memory a block may have on sm_90a and on sm_80.
 inline constexpr int64_t kSm90aSharedMemory = 227 * 1024;
@@ -196,6 +197,42 @@ struct PipelineMap {
   LINAC_GEOMETRY int64_t imageBytes(bool values, bool reads) const {
     return reads ? bufferBytes : values ? q : u;
   }
+};
+
+/// Warps of a warpgroup block's producer (warpgroup.h): two warpgroups.
+inline constexpr int kProducerWarps = 8;
+/// Threads of a warpgroup block: the producer's, and a consumer warpgroup
+/// for each 64 value columns.
+LINAC_GEOMETRY int warpgroupThreads(int values) {
+  return 32 * kProducerWarps + 128 * (values / 64);
+}
+
+/// Where each of a warpgroup block's buffers starts in shared memory, in
+/// bytes from a 1024-byte boundary (the block aligns its base, so `bytes`
+/// holds 1024 more): two buffers of operands, each Q, K and U as swizzled
+/// bf16 tiles of 64 tokens; under a gate, U scaled to the chunk's end (the
+/// consumers'), both buffers' log-gates and each consumer's cumulative
+/// sums of them; each consumer's bf16 copy of its state columns (K x 64);
+/// the reads as 16-bit tiles of 64 tokens; the staged input rows
+/// (`inputRowBytes` a token), the parameters, and an mbarrier for each
+/// producer warp's rows.
+struct WarpgroupMap {
+  int64_t q, k, v, bufferBytes, scaledV, gates, cumulativeGates, states, reads,
+      inputRows, params, rowBarriers, bytes;
+
+  LINAC_GEOMETRY WarpgroupMap(int keys, int values, Gate gate,
+                              int64_t inputRowBytes, int64_t paramBytes)
+      : q(0), k(q + 2 * kChunkSize * keys), v(k + 2 * kChunkSize * keys),
+        bufferBytes(v + 2 * kChunkSize * values), scaledV(2 * bufferBytes),
+        gates(scaledV + (gate == Gate::None ? 0 : 2 * kChunkSize * values)),
+        cumulativeGates(gates + 2 * 4 * kChunkSize),
+        states((cumulativeGates + (values / 64) * 4 * kChunkSize + 1023) /
+               1024 * 1024),
+        reads(states + (values / 64) * 2 * keys * 64),
+        inputRows(reads + 2 * kChunkSize * values),
+        params(inputRows + kChunkSize * inputRowBytes),
+        rowBarriers(params + paramBytes),
+        bytes(rowBarriers + 8 * kProducerWarps + 1024) {}
 };
 
 /// Threads of either phased block: one group of warps.

@@ -18,6 +18,7 @@
 #include "linac/contract.h"
 #include "linac/cuda/phased.h"
 #include "linac/cuda/scan.h"
+#include "linac/cuda/warpgroup.h"
 
 #define LINAC_CUDA_ENTRY_FOR(Layer, family, dtype, T, threads, blocks, Args)   \
   extern "C" __global__ void __launch_bounds__(threads, blocks)                \

@@ -119,10 +119,10 @@ LINAC_DEVICE void fragmentA(uint32_t (&a)[4], const RegisterA<Steps> &x,
 template <int Tiles>
 LINAC_DEVICE void accumulatorFragment(uint32_t (&a)[4],
                                       const float (&acc)[Tiles][4], int s) {
-  a[0] = pack(acc[2 * s][0], acc[2 * s][1]);
-  a[1] = pack(acc[2 * s][2], acc[2 * s][3]);
-  a[2] = pack(acc[2 * s + 1][0], acc[2 * s + 1][1]);
-  a[3] = pack(acc[2 * s + 1][2], acc[2 * s + 1][3]);
+  a[0] = packPair(acc[2 * s][0], acc[2 * s][1]);
+  a[1] = packPair(acc[2 * s][2], acc[2 * s][3]);
+  a[2] = packPair(acc[2 * s + 1][0], acc[2 * s + 1][1]);
+  a[3] = packPair(acc[2 * s + 1][2], acc[2 * s + 1][3]);
 }
 
 /// A token's inputs for the pipelined prologue, in registers, so that a
@@ -525,7 +525,7 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
     auto store = [&](int i, int j, float lo, float hi) {
       if (query)
         *reinterpret_cast<uint32_t *>(buffer.p() + i * PS + j) =
-            pack(lo * scale, hi * scale);
+            packPair(lo * scale, hi * scale);
       else
         *reinterpret_cast<float2 *>(Layout::a() + i * AS + j) =
             make_float2(lo, hi);
@@ -638,7 +638,7 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
           }
           if (query)
             *reinterpret_cast<uint32_t *>(buffer.p() + i * PS + j) =
-                pack(x[0], x[1]);
+                packPair(x[0], x[1]);
           else
             *reinterpret_cast<float2 *>(Layout::a() + i * AS + j) =
                 make_float2(x[0], x[1]);
@@ -755,7 +755,7 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
           lo *= gateFactor(lambda(j));
           hi *= gateFactor(lambda(j + 1));
         }
-        return pack(lo, hi);
+        return packPair(lo, hi);
       };
     };
     auto solved = [&](auto tiles, __nv_bfloat16 *m, int stride, bool gated,
@@ -772,7 +772,7 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
         for (int r = 0; r < 4; r += 2)
           *reinterpret_cast<uint32_t *>(m + (rowBase + accRow(r)) * stride +
                                         first + n * 8 + accCol(r)) =
-              pack(acc[n][r], acc[n][r + 1]);
+              packPair(acc[n][r], acc[n][r + 1]);
     };
     solved(std::integral_constant<int, V / 16>{}, buffer.u(), VS, false,
            !values);
@@ -1035,19 +1035,6 @@ LINAC_DEVICE void pipelineChunks(const linac_cuda_forward_args &args,
         [&] { barrierWait(kPreparing, GroupThreads); });
     barrierArrive(kBufferFull + c % 2, kChunkThreads);
   }
-}
-
-/// A block of the chunkwise forward (linac_chunk_*): its work in args'
-/// pass, on the kernel the plan chose.
-template <typename Layer, typename T>
-LINAC_DEVICE void chunkKernel(const linac_cuda_forward_args &args) {
-  ChunkWork work;
-  if (!chunkWork<Layer>(args, work))
-    return;
-  if constexpr (Layer::kChunkKernel == ChunkKernel::Pipelined)
-    pipelineChunks<Layer, T>(args, work);
-  else
-    runChunks<Layer, T>(args, work);
 }
 
 } // namespace linac::cuda

@@ -53,6 +53,19 @@ LINAC_DEVICE float loadScalar(const Source &source) {
 
 LINAC_DEVICE int laneId() { return threadIdx.x & 31; }
 
+/// Two fp32 values as a packed pair of 16-bit T, the first in the low half.
+template <typename T = __nv_bfloat16>
+LINAC_DEVICE uint32_t packPair(float lo, float hi) {
+  std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162> pair;
+  if constexpr (std::is_same_v<T, __half>)
+    pair = __floats2half2_rn(lo, hi);
+  else
+    pair = __floats2bfloat162_rn(lo, hi);
+  uint32_t bits;
+  memcpy(&bits, &pair, sizeof bits);
+  return bits;
+}
+
 LINAC_DEVICE float warpSum(float x) {
   for (int offset = 16; offset > 0; offset /= 2)
     x += __shfl_xor_sync(0xffffffffu, x, offset);

@@ -48,8 +48,9 @@ def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
            "A GPU's chunkwise kernels: auto (the default: lockstep, and the "
            "phased kernels for the shapes they win at where the layer has "
            "them), lockstep, pipelined (an erase under no gate or a scalar "
-           "one), or phased (always; an erase under any key-side gate or "
-           "none); the last two on sm_90a">,
+           "one), phased (always; an erase under any key-side gate or "
+           "none), or warpgroup (wgmma; no erase, a scalar gate or none); "
+           "the last three on sm_90a">,
   ];
   let dependentDialects = ["::linac::LinacDialect"];
 }

@@ -1,0 +1,78 @@
+// RUN: linac-opt %s -linac-normalize -linac-plan=target=sm_90a | FileCheck %s
+// RUN: linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=lockstep' | FileCheck %s --check-prefix=LOCKSTEP
+// RUN: linac-opt %s -linac-normalize -linac-plan=target=sm_80 | FileCheck %s --check-prefix=SM80
+// RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=warpgroup' 2>&1 | FileCheck %s --check-prefix=REFUSED
+
+// Without an erase, under a scalar key-side gate or none, the chunkwise
+// entry is the warpgroup kernel on sm_90a: a producer warpgroup and a
+// consumer warpgroup for each 64 value columns (512 threads). Its shared
+// memory at K = V = 128 under the scalar gate: two buffers of bf16 Q, K
+// and U (2 x 49152), U scaled (16384), both buffers' log-gates and each
+// consumer's cumulative sums (1024), the state copies (2 x 16384), the
+// reads (16384), the rows of q, k and v (64 x 768), the parameter (16),
+// eight mbarriers (64) and 1024 to align the base: 215120 bytes. At K = 64
+// without a gate: keys of one tile and no scaled U, 133184 bytes. The
+// phased kernels stay for batches cut into segments.
+// CHECK: linac.layer @scalar_gate
+// CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
+// CHECK-SAME: late_shared_inputs = array<i64>
+// CHECK-NOT: phased
+// CHECK-SAME: shared_inputs = array<i64>, shared_memory = 215120 : i64
+// CHECK: linac.layer @narrow_ungated
+// CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
+// CHECK-SAME: shared_memory = 133184 : i64
+// CHECK: linac.layer @with_erase
+// CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
+// CHECK: linac.layer @narrow_values
+// CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
+// LOCKSTEP: linac.layer @scalar_gate
+// LOCKSTEP-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
+// SM80: linac.layer @scalar_gate
+// SM80-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
+// REFUSED: error: chunk-kernel=warpgroup: the warpgroup kernel takes no erase, under a scalar key-side gate or none, without a normaliser, a value-side decay, the read after the write, K of 64 or 128 and V of 128, its input rows within shared memory, on sm_90a (its products are wgmma)
+// REFUSED-NEXT: linac.layer @with_erase
+
+!key = tensor<128xf32, #linac.key>
+!value = tensor<128xf32, #linac.value>
+!state = !linac.state<128x128>
+
+linac.layer @scalar_gate(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %dt : f32)
+    params(%A_log : f32) {
+  %d = linac.softplus %dt : f32
+  %A = math.exp %A_log : f32
+  %Adt = arith.mulf %A, %d : f32
+  %g = arith.negf %Adt : f32
+  %S1 = linac.decay %S key(%g : f32) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}
+
+!narrow_key = tensor<64xf32, #linac.key>
+!narrow_state = !linac.state<64x128>
+
+linac.layer @narrow_ungated(%S : !narrow_state)
+    inputs(%q : !narrow_key, %k : !narrow_key, %v : !value) {
+  %S1 = linac.write %S, %k, %v : !narrow_state, !narrow_key, !value
+  %o = linac.read %S1, %q : !narrow_state, !narrow_key -> !value
+  linac.yield %S1, %o : !narrow_state, !value
+}
+
+linac.layer @with_erase(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %b : f32) {
+  %S1 = linac.erase %S, %k strength(%b : f32) : !state, !key
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}
+
+!half_value = tensor<64xf32, #linac.value>
+!half_state = !linac.state<128x64>
+
+linac.layer @narrow_values(%S : !half_state)
+    inputs(%q : !key, %k : !key, %v : !half_value) {
+  %S1 = linac.write %S, %k, %v : !half_state, !key, !half_value
+  %o = linac.read %S1, %q : !half_state, !key -> !half_value
+  linac.yield %S1, %o : !half_state, !half_value
+}

@@ -4,7 +4,7 @@
 // RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=warpgroup' 2>&1 | FileCheck %s --check-prefix=REFUSED
 
 // Without an erase, under a scalar key-side gate or none, the chunkwise
-// entry is the warpgroup kernel on sm_90a: a producer warpgroup and a
+// entry is the warpgroup kernel on sm_90a: eight producer warps and a
 // consumer warpgroup for each 64 value columns (512 threads). Its shared
 // memory at K = V = 128 under the scalar gate: two buffers of bf16 Q, K
 // and U (2 x 49152), U scaled (16384), both buffers' log-gates and each

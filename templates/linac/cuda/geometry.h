@@ -33,8 +33,8 @@ enum class Gate { None, Scalar, Vector };
 
 /// Which kernel a layer's chunkwise entry (linac_chunk_*) is: every warp
 /// on each chunk in turn (chunk.h), two groups of warps on two chunks at
-/// once (pipeline.h), or a producer warpgroup and consumer warpgroups on
-/// wgmma (warpgroup.h). The phased kernels (phased.h) have entries of their
+/// once (pipeline.h), or producer warps and consumer warpgroups on wgmma
+/// (warpgroup.h). The phased kernels (phased.h) have entries of their
 /// own.
 enum class ChunkKernel { Lockstep, Pipelined, Warpgroup };
 

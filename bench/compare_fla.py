@@ -35,6 +35,8 @@ copied there (FLA needs torch, triton, einops and transformers):
       -DCMAKE_PREFIX_PATH=$PWD/.deps && cmake --build build-gpu &&
   PYTHONPATH=$PWD/.fla python3 bench/compare_fla.py --packages .gpu-packages \\
       --lib build-gpu/lib/liblinac.so --examples linear_attention,gated_deltanet
+Gated DeltaNet with 16 q/k heads shared by 64 value heads (FLA's GVA):
+  ... -B 4 -T 8192 -H 64 --key-heads 16 --examples gated_deltanet
 Importing fla takes about 20 s, and FLA's Triton kernels compile and
 autotune on an op's first call at each shape (25 to 50 s an op on an
 H200). So that all eleven fit in a few minutes, the kernels are first
@@ -240,24 +242,29 @@ NO_FLA = {
 }
 
 
-def dims(kind, B, T, H, param=False):
+def dims(kind, B, T, H, param=False, key_heads=None):
+    """An argument's shape: H state heads, or for key-side inputs (q, k)
+    key_heads when a group of state heads shares each (FLA's GVA)."""
     d = {'K': (K,), 'V': (V,), '': ()}[kind]
-    return (H, *d) if param else (B, T, H, *d)
+    if param:
+        return (H, *d)
+    return (B, T, key_heads or H if kind == 'K' else H, *d)
 
 
-def min_bytes(ex, B, T, H, itemsize):
+def min_bytes(ex, B, T, H, itemsize, key_heads=None):
     """Bytes a forward pass must move: raw inputs as stored, parameters, output."""
-    n = sum(math.prod(dims(kd, B, T, H)) for kd in ex.inputs.values()) + B * T * H * V
+    n = sum(math.prod(dims(kd, B, T, H, key_heads=key_heads)) for kd in ex.inputs.values())
+    n += B * T * H * V
     return n * itemsize + 4 * sum(math.prod(dims(kd, B, T, H, True)) for kd in ex.params.values())
 
 
 # --------------------------------------------------------------- measuring
-def draw(ex, B, T, H, dtype, seed):
+def draw(ex, B, T, H, dtype, seed, key_heads=None):
     gen = torch.Generator(device='cuda').manual_seed(seed)
     x = {}
     for names, param in ((ex.inputs, False), (ex.params, True)):
         for name, kind in names.items():
-            z = torch.randn(dims(kind, B, T, H, param), generator=gen, device='cuda')
+            z = torch.randn(dims(kind, B, T, H, param, key_heads), generator=gen, device='cuda')
             x[name] = ex.draw.get(name, lambda z: z)(z).to(torch.float32 if param else dtype).contiguous()
     return x
 
@@ -297,27 +304,28 @@ def rel_err(ours, ref):
 
 
 def run_case(name, ex, pkg, a, dtype, copy, gemm):
-    B, T, H = a.B, a.T, a.H
+    B, T, H, Hk = a.B, a.T, a.H, a.key_heads
     errs = {}
     if pkg is not None:  # correctness: fresh inputs, random initial state, final states
-        x = draw(ex, B, T, H, dtype, seed=1)
+        x = draw(ex, B, T, H, dtype, seed=1, key_heads=Hk)
         h0 = torch.randn(B, H, K, V, device='cuda')
         o, ht = torch.empty(B, T, H, V, dtype=dtype, device='cuda'), torch.empty_like(h0)
         pkg.forward(x, o, initial_state=h0, final_state=ht)
         o_ref, ht_ref = ex.fla(x)(h0, True)
         errs = {'o': rel_err(o, o_ref), 'state': rel_err(ht, ht_ref)}
         del x, h0, o, ht, o_ref, ht_ref
-    x = draw(ex, B, T, H, dtype, seed=2)  # timing: fresh inputs, no states
+    x = draw(ex, B, T, H, dtype, seed=2, key_heads=Hk)  # timing: fresh inputs, no states
     fla_ms = bench_ms(lambda f=ex.fla(x): f(None, False), a.runs, a.warmup)
     linac_ms = None
     if pkg is not None:
         linac_ms = bench_ms(pkg.bind(x, torch.empty(B, T, H, V, dtype=dtype, device='cuda')),
                             a.runs, a.warmup)
-    floor = floor_ms(min_bytes(ex, B, T, H, x['v'].element_size()),
+    floor = floor_ms(min_bytes(ex, B, T, H, x['v'].element_size(), Hk),
                      B * T * H * fwd_flops(K, V, a.chunk, ex.erase), copy, gemm)
     pct = lambda ms: ms and round(100 * floor / ms, 1)  # noqa: E731
     err = max(errs.values(), key=lambda e: (math.isnan(e), e)) if errs else None  # NaN wins
-    return {'variant': name, 'shape': f'B{B} T{T} H{H} K{K} V{V}', 'dtype': a.dtype,
+    heads = f'H{H}' if Hk in (None, H) else f'H{H} (q, k {Hk})'
+    return {'variant': name, 'shape': f'B{B} T{T} {heads} K{K} V{V}', 'dtype': a.dtype,
             'linac_ms': linac_ms and round(linac_ms, 4), 'fla_ms': round(fla_ms, 4),
             'speedup': linac_ms and round(fla_ms / linac_ms, 3), 'floor_ms': round(floor, 4),
             'linac_pct_floor': pct(linac_ms), 'fla_pct_floor': pct(fla_ms),
@@ -333,6 +341,8 @@ def warm_fla(names, a):
     def warm(name):
         cmd = [sys.executable, os.path.abspath(__file__), '--warm-only', '--examples', name,
                '-B', str(a.B), '-T', str(a.T), '-H', str(a.H), '--dtype', a.dtype]
+        if a.key_heads:
+            cmd += ['--key-heads', str(a.key_heads)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ['no output'])[-1]
@@ -380,7 +390,10 @@ def main():
     p.add_argument('--lib', help='liblinac.so (default: $LINAC_LIB, else newest under build*/)')
     p.add_argument('-B', type=int, default=8)
     p.add_argument('-T', type=int, default=4096)
-    p.add_argument('-H', type=int, default=16)
+    p.add_argument('-H', type=int, default=16, help='state (value) heads')
+    p.add_argument('--key-heads', type=int,
+                   help='q and k heads, each shared by H / key-heads state heads (default: H); '
+                        'FLA takes that for gated_deltanet (GVA)')
     p.add_argument('--dtype', choices=['bf16', 'fp16', 'fp32'], default='bf16')
     specs = sorted(glob.glob(os.path.join(os.path.dirname(HERE), 'examples', '*.mlir')))
     p.add_argument('--examples', default=','.join(os.path.basename(f)[:-5] for f in specs),
@@ -398,6 +411,8 @@ def main():
         return selftest()
     if a.runs < 50:
         p.error('--runs must be at least 50')
+    if a.key_heads is not None and (a.key_heads < 1 or a.H % a.key_heads):
+        p.error('--key-heads must divide -H')
 
     global torch, F
     import torch
@@ -409,7 +424,7 @@ def main():
     if a.warm_only:
         with torch.no_grad():
             for name in names:
-                x = draw(EXAMPLES[name], a.B, a.T, a.H, dtype, seed=1)
+                x = draw(EXAMPLES[name], a.B, a.T, a.H, dtype, seed=1, key_heads=a.key_heads)
                 EXAMPLES[name].fla(x)(torch.randn(a.B, a.H, K, V, device='cuda'), True)
                 EXAMPLES[name].fla(x)(None, False)
             torch.cuda.synchronize()

@@ -59,14 +59,8 @@ TEST_P(ReferenceGradients, MatchCentralDifferences) {
   toGrid(problem.initialState);
 
   std::mt19937 rng(std::random_device{}());
-  std::normal_distribution<double> normal;
-  const reference::Result base = reference::run(problem);
-  std::vector<double> dOutput(base.output.size()),
-      dFinal(base.finalState.size());
-  for (double &x : dOutput)
-    x = normal(rng);
-  for (double &x : dFinal)
-    x = normal(rng);
+  const Seeds seeds = normalSeeds(reference::run(problem), rng);
+  const std::vector<double> &dOutput = seeds.output, &dFinal = seeds.finalState;
   const reference::Gradients gradients =
       reference::gradients(problem, dOutput, dFinal);
   auto loss = [&] {

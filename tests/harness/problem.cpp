@@ -50,15 +50,39 @@ std::set<std::string> decayInputs(const nlohmann::json &step) {
 
 /// Norms below 1e-30 count as 1e-30: fp32 cannot hold such values (a state
 /// decayed by exp(-100) is subnormal or zero).
-double relativeError(const std::vector<float> &got,
-                     const std::vector<double> &want, size_t first,
-                     size_t count) {
+template <typename T>
+static double relativeErrorOf(const std::vector<T> &got,
+                              const std::vector<double> &want, size_t first,
+                              size_t count) {
   double diff = 0, norm = 0;
   for (size_t i = first; i < first + count; ++i) {
     diff += (got[i] - want[i]) * (got[i] - want[i]);
     norm += want[i] * want[i];
   }
   return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+double relativeError(const std::vector<float> &got,
+                     const std::vector<double> &want, size_t first,
+                     size_t count) {
+  return relativeErrorOf(got, want, first, count);
+}
+
+double relativeError(const std::vector<double> &got,
+                     const std::vector<double> &want, size_t first,
+                     size_t count) {
+  return relativeErrorOf(got, want, first, count);
+}
+
+Seeds normalSeeds(const reference::Result &result, std::mt19937 &rng) {
+  std::normal_distribution<double> normal;
+  Seeds seeds{std::vector<double>(result.output.size()),
+              std::vector<double>(result.finalState.size())};
+  for (double &x : seeds.output)
+    x = normal(rng);
+  for (double &x : seeds.finalState)
+    x = normal(rng);
+  return seeds;
 }
 
 Argument tokensOf(const Argument &argument, int64_t begin, int64_t end) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -76,6 +77,16 @@ struct Outcome {
 double relativeError(const std::vector<float> &got,
                      const std::vector<double> &want, size_t first,
                      size_t count);
+double relativeError(const std::vector<double> &got,
+                     const std::vector<double> &want, size_t first,
+                     size_t count);
+
+/// Standard normal gradients of a problem's output and final state, sized
+/// as `result`'s: the seeds of a backward check.
+struct Seeds {
+  std::vector<double> output, finalState;
+};
+Seeds normalSeeds(const reference::Result &result, std::mt19937 &rng);
 
 /// Tokens [begin, end) of every sequence of a [B, T, H, ...] input;
 /// parameters as they are.

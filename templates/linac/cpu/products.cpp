@@ -1,13 +1,16 @@
-//===- products.cpp - a chunk's matrix products on the CPU -----------------===//
+//===- products.cpp - a chunk's matrix products on the CPU
+//-----------------===//
 //
 // The part of the CPU's chunkwise forward (chunk.h) that depends on no
 // layer: given a chunk's operands and cumulative log-gates, the products P
 // and A, the triangular solve for Delta, the reads and the state update,
-// on Eigen's fp32 GEMM. Every gate factor keeps a non-positive exponent or
-// is split through a reference log-gate into two factors whose exponents
-// stay within kMaxFactorExponent (docs/numerics.md). Exponents are
-// differences of log-gates summed in double, rounded to fp32 and
-// exponentiated by Eigen's vectorised exp, a whole array at a time.
+// on Eigen's fp32 GEMM; and the backward of a chunk under a uniform gate
+// without an erase (chunkBackward), the first of the backward passes. Every
+// gate factor keeps a non-positive exponent or is split through a reference
+// log-gate into two factors whose exponents stay within kMaxFactorExponent
+// (docs/numerics.md). Exponents are differences of log-gates summed in double,
+// rounded to fp32 and exponentiated by Eigen's vectorised exp, a whole array at
+// a time.
 //
 // Compiled once per instruction set when linac is built (the archives
 // liblinac_cpu_products_<isa>.a), and linked into each package's kernel
@@ -426,6 +429,72 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
   S.array().colwise() *= gated.decay.transpose();
   S.array().rowwise() *= end.cast<float>().exp();
   S.noalias() += gated.gatedK.transpose() * scratch.scaledX;
+}
+
+} // namespace linac::cpu
+
+namespace linac::cpu {
+
+void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
+                   float *dState, const ChunkGradients &out) {
+  FlushSubnormals flush;
+  const int C = chunk.rows, K = chunk.keys, U = chunk.columns;
+  const Eigen::OuterStride<> stride(chunk.rowStride);
+  const Operand q(chunk.q, C, K, stride), k(chunk.k, C, K, stride),
+      u(chunk.u, C, U, stride);
+  const Eigen::Map<const Matrix> S0(state, K, U), dO(dOut, C, U);
+  Eigen::Map<Matrix> dS(dState, K, U);
+  using Gradient = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
+  const Eigen::OuterStride<> gradientStride(out.rowStride);
+  Gradient dq(out.dq, C, K, gradientStride), dk(out.dk, C, K, gradientStride),
+      du(out.du, C, U, gradientStride);
+
+  // With Gamma_t = e^lambda_t: F_ts = e^(lambda_t - lambda_s) on s <= t,
+  // the gates' factor of each pair; the query's Gamma_t and the key's
+  // Gamma_C / Gamma_s. Every exponent is a fall, at most 0.
+  const double *lam = chunk.lam;
+  const double end = lam[C - 1];
+  Factors pairs(C, C);
+  for (int t = 0; t < C; ++t)
+    for (int s = 0; s < C; ++s)
+      pairs(t, s) = s <= t ? float(lam[t] - lam[s]) : -INFINITY;
+  pairs = pairs.exp() * chunk.scale;
+  ColumnFactors query, key;
+  expOfDifferences(lam, C, 0.0, 1.0, query);
+  expOfDifferences(lam, C, end, -1.0, key);
+  const float decay = std::exp(float(end));
+
+  // The state leaving the chunk, for the gradient of its decay.
+  Matrix keyRows = key.matrix().asDiagonal() * k;
+  Matrix leaving = decay * S0;
+  leaving.noalias() += keyRows.transpose() * u;
+
+  // G = dO U^T and A = Q K^T, each pair's gate factor on them.
+  Matrix g = dO * u.transpose();
+  g.array() *= pairs;
+  Matrix a = q * k.transpose();
+  a.array() *= pairs;
+  dq.noalias() = g * k;
+  Matrix readsOfState = dO * S0.transpose();
+  dq += (chunk.scale * query).matrix().asDiagonal() * readsOfState;
+  dk.noalias() = g.transpose() * q;
+  Matrix update = u * dS.transpose();
+  dk += key.matrix().asDiagonal() * update;
+  du.noalias() = a.transpose() * dO;
+  du.noalias() += keyRows * dS;
+
+  // lambda_t enters through q_t Gamma_t, k_t / Gamma_t and, for the last
+  // token, the decay of the state leaving: q . dq - k . dk, plus
+  // sum(S_C (.) dS) at the end.
+  for (int t = 0; t < C; ++t)
+    out.dLam[t] = double((q.row(t).array() * dq.row(t).array()).sum()) -
+                  double((k.row(t).array() * dk.row(t).array()).sum());
+  out.dLam[C - 1] += double((leaving.array() * dS.array()).sum());
+
+  // dS0 = Gamma_C dS + scale (Gamma (.) Q)^T dO.
+  Matrix gatedQ = (chunk.scale * query).matrix().asDiagonal() * q;
+  dS *= decay;
+  dS.noalias() += gatedQ.transpose() * dO;
 }
 
 } // namespace linac::cpu

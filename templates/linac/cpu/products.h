@@ -37,6 +37,28 @@ struct Chunk {
 /// ([K, U]) carried across it, in place.
 void chunkForward(const Chunk &chunk, float *state, float *out);
 
+/// Where chunkBackward writes the gradients of a chunk's operands: rows of
+/// `rowStride` floats, as Chunk's.
+struct ChunkGradients {
+  int rowStride;
+  float *dq, *dk; ///< [C, K]
+  float *du;      ///< [C, U]
+  /// [C]: the gradient with respect to each token's cumulative log-gate
+  /// (Chunk::lam); a token's own log-gate's is the sum of its row and
+  /// every later one's in the chunk.
+  double *dLam;
+};
+
+/// The backward of chunkForward for a chunk under a uniform gate (none,
+/// fixed or scalar), without an erase or a value-side decay, reading after
+/// the write: from the state entering the chunk (`state`, [K, U]), the
+/// gradient of the loss with respect to the chunk's reads (`dOut`, [C, U])
+/// and to the state leaving it (`dState`, [K, U]), the gradients of the
+/// chunk's operands into `out`; dState becomes the gradient with respect
+/// to the state entering the chunk.
+void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
+                   float *dState, const ChunkGradients &out);
+
 } // namespace linac::cpu
 
 #endif // LINAC_CPU_PRODUCTS_H

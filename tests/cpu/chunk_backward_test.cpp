@@ -1,12 +1,12 @@
 //===- chunk_backward_test.cpp - chunkBackward against the reference ------===//
 //
-// The backward of the CPU's chunk products (chunkBackward) under a uniform
-// gate without an erase, driven over a varlen batch chunk by chunk (the
-// forward saving each chunk's entering state, then the chunks in reverse),
-// against the fp64 reference's gradients (reference::gradients) of
-// L = <dO, output> + <dS, final state>: linear attention, whose prologue
-// passes q, k and v through, and a scalar gate min(a, 0) of an input, whose
-// gradient is the reverse sum of each chunk's dLam where a < 0.
+// The backward of the CPU's chunk products (chunkBackward) without an
+// erase, driven over a varlen batch chunk by chunk (the forward saving each
+// chunk's entering state, then the chunks in reverse), against the fp64
+// reference's gradients (reference::gradients) of L = <dO, output> +
+// <dS, final state>: linear attention, whose prologue passes q, k and v
+// through, and a scalar and a key-vector gate min(a, 0) of an input, whose
+// gradient is the log-gate's where a < 0.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,7 +35,13 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
                                     const std::vector<double> &dFinal) {
   const int K = dims.k, V = dims.v, R = 2 * K + V;
   const int64_t H = problem.numHeads;
-  const bool gated = problem.inputs.size() == 4;
+  // The gate input a (a fourth): a scalar or a key vector, else none.
+  const int gate =
+      problem.inputs.size() == 4
+          ? int(problem.inputs[3].values.size() /
+                (problem.cuSeqlens.back() * problem.inputs[3].heads))
+          : 0;
+  const int G = std::max(gate, 1);
   const float scale = 1.0f / std::sqrt(float(K));
   reference::Gradients out;
   for (const reference::Tensor &input : problem.inputs)
@@ -62,7 +68,7 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
                                  V,
                                  false,
                                  false,
-                                 true,
+                                 G == 1,
                                  scale,
                                  R,
                                  records[c].data(),
@@ -77,8 +83,8 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
       std::vector<float> reads(kChunk * V);
       for (int64_t c = 0; c < chunks; ++c) {
         records[c].assign(kChunk * R, 0.0f);
-        lams[c].assign(kChunk, 0.0);
-        double lam = 0.0;
+        lams[c].assign(kChunk * G, 0.0);
+        std::vector<double> lam(G, 0.0);
         for (int t = 0; t < kChunk; ++t) {
           const int64_t token = begin + c * kChunk + t;
           if (token < end) {
@@ -88,11 +94,11 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
                   problem.inputs[i].values.data() + at(i, token, h, size);
               std::copy(row, row + size, records[c].begin() + t * R + i * K);
             }
-            if (gated)
-              lam += floorLogGate(
-                  std::min(problem.inputs[3].values[at(3, token, h, 1)], 0.0f));
+            for (int d = 0; d < gate; ++d)
+              lam[d] += floorLogGate(std::min(
+                  problem.inputs[3].values[at(3, token, h, gate) + d], 0.0f));
           }
-          lams[c][t] = lam;
+          std::copy(lam.begin(), lam.end(), lams[c].begin() + t * G);
         }
         entering[c] = state;
         linac::cpu::chunkForward(chunkOf(c), state.data(), reads.data());
@@ -100,7 +106,7 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
       std::vector<float> dState(dFinal.begin() + stateAt,
                                 dFinal.begin() + stateAt + K * V);
       std::vector<float> dO(kChunk * V), grads(kChunk * R);
-      std::vector<double> dLam(kChunk);
+      std::vector<double> dGate(kChunk * G);
       for (int64_t c = chunks - 1; c >= 0; --c) {
         for (int t = 0; t < kChunk; ++t) {
           const int64_t token = begin + c * kChunk + t;
@@ -111,10 +117,8 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
         linac::cpu::chunkBackward(chunkOf(c), entering[c].data(), dO.data(),
                                   dState.data(),
                                   {R, grads.data(), grads.data() + K,
-                                   grads.data() + 2 * K, dLam.data()});
-        double laterLam = 0.0;
-        for (int t = kChunk - 1; t >= 0; --t) {
-          laterLam += dLam[t];
+                                   grads.data() + 2 * K, dGate.data()});
+        for (int t = 0; t < kChunk; ++t) {
           const int64_t token = begin + c * kChunk + t;
           if (token >= end)
             continue;
@@ -124,8 +128,9 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
               out.inputs[i][at(i, token, h, size) + d] +=
                   grads[t * R + i * K + d];
           }
-          if (gated && problem.inputs[3].values[at(3, token, h, 1)] < 0.0f)
-            out.inputs[3][at(3, token, h, 1)] += laterLam;
+          for (int d = 0; d < gate; ++d)
+            if (problem.inputs[3].values[at(3, token, h, gate) + d] < 0.0f)
+              out.inputs[3][at(3, token, h, gate) + d] += dGate[t * G + d];
         }
       }
       std::copy(dState.begin(), dState.end(),
@@ -133,6 +138,22 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
     }
   return out;
 }
+
+const char *kKeyGateSpec = R"(
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+
+linac.layer @key_gate_input(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %a : !key) {
+  %zero = arith.constant dense<0.0> : !key
+  %g = arith.minimumf %a, %zero : !key
+  %S1 = linac.decay %S key(%g : !key) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}
+)";
 
 const char *kScalarGateSpec = R"(
 !key = tensor<16xf32, #linac.key>
@@ -157,11 +178,13 @@ TEST_P(ChunkBackward, MatchesReferenceGradients) {
   const Dims dims{16, 16};
   const fs::path work = fs::path(testing::TempDir()) / "linac_chunk_backward";
   fs::path spec = std::get<0>(GetParam());
-  if (spec == "scalar_gate_input") {
-    fs::create_directories(work);
-    spec = work / "scalar_gate_input.mlir";
-    std::ofstream(spec) << kScalarGateSpec;
-  }
+  for (auto [name, text] : {std::pair{"scalar_gate_input", kScalarGateSpec},
+                            std::pair{"key_gate_input", kKeyGateSpec}})
+    if (spec == name) {
+      fs::create_directories(work);
+      spec = work / (std::string(name) + ".mlir");
+      std::ofstream(spec) << text;
+    }
   auto package = compiled(spec, dims, work);
   Case c;
   c.batch = 1;
@@ -194,7 +217,7 @@ INSTANTIATE_TEST_SUITE_P(
     Layers, ChunkBackward,
     testing::Combine(testing::Values(LINAC_EXAMPLES_DIR
                                      "/linear_attention.mlir",
-                                     "scalar_gate_input"),
+                                     "scalar_gate_input", "key_gate_input"),
                      testing::Values(GateRange::Moderate, GateRange::Strong)));
 
 } // namespace

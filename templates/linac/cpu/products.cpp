@@ -4,8 +4,8 @@
 // The part of the CPU's chunkwise forward (chunk.h) that depends on no
 // layer: given a chunk's operands and cumulative log-gates, the products P
 // and A, the triangular solve for Delta, the reads and the state update,
-// on Eigen's fp32 GEMM; and the backward of a chunk under a uniform gate
-// without an erase (chunkBackward), the first of the backward passes. Every
+// on Eigen's fp32 GEMM; and the backward of a chunk without an erase
+// (chunkBackward), the first of the backward passes. Every
 // gate factor keeps a non-positive exponent or is split through a reference
 // log-gate into two factors whose exponents stay within kMaxFactorExponent
 // (docs/numerics.md). Exponents are differences of log-gates summed in double,
@@ -439,6 +439,7 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
                    float *dState, const ChunkGradients &out) {
   FlushSubnormals flush;
   const int C = chunk.rows, K = chunk.keys, U = chunk.columns;
+  const int G = chunk.uniformGate ? 1 : K;
   const Eigen::OuterStride<> stride(chunk.rowStride);
   const Operand q(chunk.q, C, K, stride), k(chunk.k, C, K, stride),
       u(chunk.u, C, U, stride);
@@ -449,51 +450,118 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   Gradient dq(out.dq, C, K, gradientStride), dk(out.dk, C, K, gradientStride),
       du(out.du, C, U, gradientStride);
 
-  // With Gamma_t = e^lambda_t: F_ts = e^(lambda_t - lambda_s) on s <= t,
-  // the gates' factor of each pair; the query's Gamma_t and the key's
-  // Gamma_C / Gamma_s. Every exponent is a fall, at most 0.
-  const double *lam = chunk.lam;
-  const double end = lam[C - 1];
-  Factors pairs(C, C);
-  for (int t = 0; t < C; ++t)
-    for (int s = 0; s < C; ++s)
-      pairs(t, s) = s <= t ? float(lam[t] - lam[s]) : -INFINITY;
-  pairs = pairs.exp() * chunk.scale;
-  ColumnFactors query, key;
-  expOfDifferences(lam, C, 0.0, 1.0, query);
-  expOfDifferences(lam, C, end, -1.0, key);
-  const float decay = std::exp(float(end));
+  // With Gamma_t = e^lambda_t (a channel's, or every channel's under a
+  // uniform gate): the query's factor Gamma_t, the key's Gamma_C / Gamma_s
+  // and the decay Gamma_C, each channel's. Every exponent is a fall, at
+  // most 0.
+  const ConstLogGates lam(chunk.lam, C, G);
+  const LogGateRow end = lam.row(C - 1);
+  Factors query(C, K), key(C, K);
+  RowFactors decay(K);
+  for (int d = 0; d < K; ++d) {
+    const int g = G == 1 ? 0 : d;
+    decay(d) = std::exp(float(end(g)));
+    for (int t = 0; t < C; ++t) {
+      query(t, d) = float(lam(t, g));
+      key(t, d) = float(end(g) - lam(t, g));
+    }
+  }
+  query = query.exp() * chunk.scale;
+  key = key.exp();
+  const Matrix keyRows = key * k.array();
 
-  // The state leaving the chunk, for the gradient of its decay.
-  Matrix keyRows = key.matrix().asDiagonal() * k;
-  Matrix leaving = decay * S0;
-  leaving.noalias() += keyRows.transpose() * u;
-
-  // G = dO U^T and A = Q K^T, each pair's gate factor on them.
-  Matrix g = dO * u.transpose();
-  g.array() *= pairs;
-  Matrix a = q * k.transpose();
-  a.array() *= pairs;
-  dq.noalias() = g * k;
+  // The pairs s <= t: G = dO U^T and A = Q K^T with each pair's factor
+  // F_ts = e^(lambda_t - lambda_s) and the read's scale. Under a uniform
+  // gate F is one C x C array on products; otherwise each channel's factor
+  // of each pair, pair by pair. A pair's term A_ts G_ts of the gates'
+  // gradient (below) counts for the tokens between s and t: `leaving` sums
+  // a row's before the diagonal, `joining` a column's after it.
+  const Matrix reads = dO * u.transpose();
+  Factors leavingPairs = Factors::Zero(C, G),
+          joiningPairs = Factors::Zero(C, G);
+  if (G == 1) {
+    Factors pairs(C, C);
+    for (int t = 0; t < C; ++t)
+      for (int s = 0; s < C; ++s)
+        pairs(t, s) = s <= t ? float(lam(t, 0) - lam(s, 0)) : -INFINITY;
+    pairs = pairs.exp() * chunk.scale;
+    Matrix a = q * k.transpose();
+    a.array() *= pairs;
+    Matrix g = reads;
+    g.array() *= pairs;
+    dq.noalias() = g * k;
+    dk.noalias() = g.transpose() * q;
+    du.noalias() = a.transpose() * dO;
+    Factors terms = a.array() * reads.array();
+    terms.matrix().diagonal().setZero();
+    leavingPairs.col(0) = terms.rowwise().sum();
+    joiningPairs.col(0) = terms.colwise().sum().transpose();
+  } else {
+    dq.setZero();
+    dk.setZero();
+    du.setZero();
+    RowFactors pair(K);
+    for (int t = 0; t < C; ++t)
+      for (int s = 0; s <= t; ++s) {
+        for (int d = 0; d < K; ++d)
+          pair(d) = float(lam(t, d) - lam(s, d));
+        pair = pair.exp() * chunk.scale;
+        const RowFactors term = q.row(t).array() * k.row(s).array() * pair;
+        dq.row(t).array() += reads(t, s) * pair * k.row(s).array();
+        dk.row(s).array() += reads(t, s) * pair * q.row(t).array();
+        du.row(s) += term.sum() * dO.row(t);
+        if (s < t) {
+          leavingPairs.row(t) += term * reads(t, s);
+          joiningPairs.row(s) += term * reads(t, s);
+        }
+      }
+  }
+  // The state's terms: the reads of S0, the update's keys.
   Matrix readsOfState = dO * S0.transpose();
-  dq += (chunk.scale * query).matrix().asDiagonal() * readsOfState;
-  dk.noalias() = g.transpose() * q;
+  Factors stateReads = query * readsOfState.array();
+  dq.array() += stateReads;
   Matrix update = u * dS.transpose();
-  dk += key.matrix().asDiagonal() * update;
-  du.noalias() = a.transpose() * dO;
+  Factors updates = key * update.array();
+  dk.array() += updates;
   du.noalias() += keyRows * dS;
 
-  // lambda_t enters through q_t Gamma_t, k_t / Gamma_t and, for the last
-  // token, the decay of the state leaving: q . dq - k . dk, plus
-  // sum(S_C (.) dS) at the end.
-  for (int t = 0; t < C; ++t)
-    out.dLam[t] = double((q.row(t).array() * dq.row(t).array()).sum()) -
-                  double((k.row(t).array() * dk.row(t).array()).sum());
-  out.dLam[C - 1] += double((leaving.array() * dS.array()).sum());
+  // Token t's log-gate scales what the state carries past it: every pair
+  // s < t <= j, the reads of S0 from t on, the writes before t and S0 into
+  // the state leaving. Summed so, no term enters twice with opposite signs
+  // (as q (.) dq - k (.) dk would add and take away each diagonal pair).
+  Factors readsFrom(C, G), writesBefore(C, G);
+  auto channels = [&](const Factors &x, int t) -> RowFactors {
+    if (G == 1)
+      return RowFactors::Constant(1, x.row(t).sum());
+    return x.row(t);
+  };
+  const Factors readTerms = q.array() * stateReads,
+                writeTerms = k.array() * updates;
+  RowFactors later = RowFactors::Zero(G);
+  for (int t = C - 1; t >= 0; --t) {
+    later += channels(readTerms, t);
+    readsFrom.row(t) = later;
+  }
+  RowFactors earlier = RowFactors::Zero(G), straddling = RowFactors::Zero(G);
+  for (int t = 0; t < C; ++t) {
+    writesBefore.row(t) = earlier;
+    earlier += channels(writeTerms, t);
+  }
+  const Factors carried =
+      ((decay.matrix().asDiagonal() * S0).array() * dS.array()).rowwise().sum();
+  const RowFactors kept = G == 1 ? RowFactors::Constant(1, carried.sum())
+                                 : RowFactors(carried.transpose());
+  for (int t = 0; t < C; ++t) {
+    const RowFactors total =
+        straddling + readsFrom.row(t) + writesBefore.row(t) + kept;
+    for (int d = 0; d < G; ++d)
+      out.dGate[t * G + d] = double(total(d));
+    straddling += joiningPairs.row(t) - leavingPairs.row(t);
+  }
 
-  // dS0 = Gamma_C dS + scale (Gamma (.) Q)^T dO.
-  Matrix gatedQ = (chunk.scale * query).matrix().asDiagonal() * q;
-  dS *= decay;
+  // dS0 = Gamma_C (.) dS + (scale Gamma (.) Q)^T dO.
+  const Matrix gatedQ = query * q.array();
+  dS = decay.matrix().asDiagonal() * dS;
   dS.noalias() += gatedQ.transpose() * dO;
 }
 

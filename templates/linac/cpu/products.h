@@ -43,19 +43,17 @@ struct ChunkGradients {
   int rowStride;
   float *dq, *dk; ///< [C, K]
   float *du;      ///< [C, U]
-  /// [C]: the gradient with respect to each token's cumulative log-gate
-  /// (Chunk::lam); a token's own log-gate's is the sum of its row and
-  /// every later one's in the chunk.
-  double *dLam;
+  /// As Chunk::lam ([C] under a uniform gate, else [C, K]): the gradient
+  /// with respect to each token's own log-gates (as summed into lam).
+  double *dGate;
 };
 
-/// The backward of chunkForward for a chunk under a uniform gate (none,
-/// fixed or scalar), without an erase or a value-side decay, reading after
-/// the write: from the state entering the chunk (`state`, [K, U]), the
-/// gradient of the loss with respect to the chunk's reads (`dOut`, [C, U])
-/// and to the state leaving it (`dState`, [K, U]), the gradients of the
-/// chunk's operands into `out`; dState becomes the gradient with respect
-/// to the state entering the chunk.
+/// The backward of chunkForward for a chunk under a key-side gate or none,
+/// without an erase or a value-side decay, reading after the write: from the
+/// state entering the chunk (`state`, [K, U]), the gradient of the loss with
+/// respect to the chunk's reads (`dOut`, [C, U]) and to the state leaving it
+/// (`dState`, [K, U]), the gradients of the chunk's operands into `out`; dState
+/// becomes the gradient with respect to the state entering the chunk.
 void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
                    float *dState, const ChunkGradients &out);
 

@@ -52,17 +52,12 @@ cuda::ChunkShape chunkShape(LayerOp layer, const NormalForm &form) {
 }
 
 /// The warpgroup kernel's shared memory (templates/linac/cuda/warpgroup.h),
-/// which stages every input's rows, or nothing when an input is neither a
-/// scalar nor rows of whole 16-byte runs.
-std::optional<cuda::WarpgroupMap> warpgroupMap(LayerOp layer,
-                                               const cuda::ChunkShape &shape) {
+/// which stages the rows of every input but the scalars: at the K and V it
+/// takes, each a whole number of 16-byte runs.
+cuda::WarpgroupMap warpgroupMap(LayerOp layer, const cuda::ChunkShape &shape) {
   int64_t rowBytes = 0;
-  for (BlockArgument input : layer.getInputs()) {
-    int64_t elements = elementsOf(input.getType());
-    if (elements != 1 && !cuda::stagedRowBytes(elements))
-      return std::nullopt;
-    rowBytes += cuda::stagedRowBytes(elements);
-  }
+  for (BlockArgument input : layer.getInputs())
+    rowBytes += cuda::stagedRowBytes(elementsOf(input.getType()));
   return cuda::WarpgroupMap(shape.keys, shape.values, shape.gate, rowBytes,
                             shape.paramBytes);
 }
@@ -368,13 +363,12 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // (linear attention 0.246 against 0.340 ms at B8 T4096 H16, 0.460
     // against 0.603 at B1 T32768; bench/history/forward-chunkwise.md,
     // version 24), so the phased kernels are not offered beside it.
-    std::optional<cuda::WarpgroupMap> warpgroupShared =
+    cuda::WarpgroupMap warpgroupShared =
         warpgroupMap(layer, chunkShape(layer, form));
     bool warpgroup = grouped && !erase && gate != cuda::Gate::Vector &&
                      (keys == 64 || keys == 128) && values == 128 &&
                      (chunkKernel == "auto" || chunkKernel == "warpgroup") &&
-                     warpgroupShared &&
-                     warpgroupShared->bytes <= sharedMemoryLimit(target);
+                     warpgroupShared.bytes <= sharedMemoryLimit(target);
     bool phased = grouped && !warpgroup &&
                   (chunkKernel == "auto" || chunkKernel == "phased") &&
                   phasedState.bytes <= sharedMemoryLimit(target);
@@ -382,7 +376,7 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
                        : warpgroup ? manifest::ChunkKernel::Warpgroup
                                    : manifest::ChunkKernel::Lockstep;
     if (pipelined || warpgroup) {
-      sharedBytes = pipelined ? pipelinedBytes : warpgroupShared->bytes;
+      sharedBytes = pipelined ? pipelinedBytes : warpgroupShared.bytes;
       plan.sharedInputs.emplace();
       plan.lateSharedInputs.emplace();
     }

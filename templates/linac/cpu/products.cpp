@@ -23,6 +23,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -437,6 +438,8 @@ namespace linac::cpu {
 
 void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
                    float *dState, const ChunkGradients &out) {
+  assert(!chunk.erase && !chunk.readBefore && !chunk.psi &&
+         "no erase, value-side decay or read before the write");
   FlushSubnormals flush;
   const int C = chunk.rows, K = chunk.keys, U = chunk.columns;
   const int G = chunk.uniformGate ? 1 : K;

@@ -94,8 +94,9 @@ LINAC_DEVICE void storeAccumulator(const wgmma::Accumulator &d, char *tiles,
   }
 }
 
-/// Tokens a producer warp runs the prologue on at once (their chains of
-/// latency interleave).
+/// Tokens a producer warp runs the prologue on at once: one, since two
+/// (their chains of latency interleaved) spilled more within the
+/// producer's 80 registers (bench/history/forward-chunkwise.md, 24d).
 inline constexpr int kProducerTokens = 1;
 
 /// Starts the copies of the input rows producer warp `warp` reads (tokens

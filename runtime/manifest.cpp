@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 #include <type_traits>
 
@@ -293,6 +294,18 @@ void checkAgreement(const Manifest &manifest) {
       throw SchemaError("phased.chunk_bytes " +
                         std::to_string(phased->chunkBytes) +
                         " is not a multiple of 16");
+  }
+  if (const auto &tensorInputs = manifest.plan.tensorInputs) {
+    if (!isGpu(manifest.target))
+      throw SchemaError("plan.tensor_inputs are a GPU package's");
+    const auto inputs = std::count_if(
+        manifest.arguments.begin(), manifest.arguments.end(),
+        [](const Argument &arg) { return arg.role == Role::Input; });
+    for (int64_t index : *tensorInputs)
+      if (index < 0 || index >= inputs)
+        throw SchemaError("plan.tensor_inputs names input " +
+                          std::to_string(index) + " of " +
+                          std::to_string(inputs));
   }
   if (isGpu(manifest.target)) {
     if (!manifest.decode.parts || !manifest.decode.staging)

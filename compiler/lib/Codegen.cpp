@@ -669,8 +669,8 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
                    : decay == KeyDecay::Vector ? "Vector"
                                                : "Scalar";
   // Which inputs the chunkwise kernel stages in shared memory (the plan's
-  // shared_inputs and late_shared_inputs), as a function of one flag an
-  // input.
+  // shared_inputs and late_shared_inputs) and which it reads by tensor maps
+  // (tensor_inputs), as a function of one flag an input.
   auto inputFlags = [&](StringRef function,
                         const std::optional<std::vector<int64_t>> &list) {
     std::string flags;
@@ -694,7 +694,7 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           "  static constexpr int kDecodeWarps = {}, kDecodeStages = {}, "
           "kDecodeParts = {};\n"
           "  static constexpr DecodeStaging kDecodeStaging = "
-          "DecodeStaging::{};\n{}{}",
+          "DecodeStaging::{};\n{}{}{}",
           gate.str(),
           plan.chunkKernel == manifest::ChunkKernel::Pipelined   ? "Pipelined"
           : plan.chunkKernel == manifest::ChunkKernel::Warpgroup ? "Warpgroup"
@@ -703,7 +703,8 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           plan.decodeParts.value(),
           decodeStagingName(plan.decodeStaging.value()).str(),
           inputFlags("sharedInput", plan.sharedInputs),
-          inputFlags("lateSharedInput", plan.lateSharedInputs)));
+          inputFlags("lateSharedInput", plan.lateSharedInputs),
+          inputFlags("tensorInput", plan.tensorInputs)));
   // The functions run by the chunkwise kernels and by the scan, each set in
   // a struct nested in Layer.
   auto nested = [](StringRef name, const std::string &functions) {

@@ -82,6 +82,17 @@ SmallVector<int64_t> sharedInputs(LayerOp layer, int64_t chunkSize,
   return shared;
 }
 
+/// Inputs the warpgroup kernel reads by tensor maps: every input whose rows
+/// it stages (WarpgroupInputs in templates/linac/cuda/chunk.h), keys and
+/// values of at most 128 elements, within a box's 256.
+std::vector<int64_t> tensorInputs(LayerOp layer) {
+  std::vector<int64_t> staged;
+  for (auto [index, input] : llvm::enumerate(layer.getInputs()))
+    if (cuda::stagedRowBytes(elementsOf(input.getType())))
+      staged.push_back(index);
+  return staged;
+}
+
 /// How a decode group of `warps` warps splits a state, or a strip of
 /// `parts` of its value columns (templates/linac/cuda/geometry.h).
 cuda::DecodeShape decodeShape(StateType state, int64_t warps, int64_t parts) {
@@ -380,6 +391,8 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
       plan.sharedInputs.emplace();
       plan.lateSharedInputs.emplace();
     }
+    if (warpgroup)
+      plan.tensorInputs = tensorInputs(layer);
     if (phased) {
       // Without an erase under a scalar gate or none, the preparing kernel
       // stores more than the lockstep kernel's prologue saves when the

@@ -10,17 +10,18 @@
 // and U (2 x 49152), U scaled (16384), both buffers' log-gates and each
 // consumer's cumulative sums (1024), the state copies (2 x 16384), the
 // reads (16384), the rows of q, k and v (64 x 768), the parameter (16),
-// eight mbarriers (64) and 1024 to align the base: 215120 bytes. At K = 64
-// without a gate: keys of one tile and no scaled U, 133184 bytes. The
-// phased kernels stay for batches cut into segments.
+// the rows' mbarrier (8) and 1024 to align the base: 215064 bytes. At
+// K = 64 without a gate: keys of one tile and no scaled U, 133128 bytes.
+// The rows of q, k and v move by tensor maps; the scalar dt does not.
 // CHECK: linac.layer @scalar_gate
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
 // CHECK-SAME: late_shared_inputs = array<i64>
 // CHECK-NOT: phased
-// CHECK-SAME: shared_inputs = array<i64>, shared_memory = 215120 : i64
+// CHECK-SAME: shared_inputs = array<i64>, shared_memory = 215064 : i64
+// CHECK-SAME: tensor_inputs = array<i64: 0, 1, 2>
 // CHECK: linac.layer @narrow_ungated
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
-// CHECK-SAME: shared_memory = 133184 : i64
+// CHECK-SAME: shared_memory = 133128 : i64
 // CHECK: linac.layer @with_erase
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
 // CHECK: linac.layer @narrow_values

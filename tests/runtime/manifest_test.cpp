@@ -29,6 +29,7 @@ schema::Manifest gpuManifest() {
   plan.subchunkSize = 16;
   plan.sharedInputs = std::vector<int64_t>{0, 2};
   plan.lateSharedInputs = std::vector<int64_t>{};
+  plan.tensorInputs = std::vector<int64_t>{0};
   plan.blockThreads = 512;
   plan.sharedMemory = 100000;
   plan.scanBlockThreads = 32;
@@ -70,6 +71,7 @@ TEST(Manifest, WritesWhatItReads) {
   EXPECT_EQ(schema::write(read), text);
   EXPECT_EQ(read.plan.decodeKeyRows, schema::DecodeKeyRows::Split);
   EXPECT_EQ(read.plan.sharedInputs, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(read.plan.tensorInputs, (std::vector<int64_t>{0}));
   EXPECT_EQ(read.integrity->files.at("layer.cubin").bytes, 7);
 }
 
@@ -109,13 +111,18 @@ TEST(Manifest, ErrorsNameTheField) {
        "plan.shared_inputs is 3; expected an array"},
       {[](auto &m) { m["plan"]["shared_inputs"][1] = "x"; },
        "plan.shared_inputs[1] is \"x\"; expected an integer"},
+      {[](auto &m) { m["plan"]["tensor_inputs"][0] = 1; },
+       "plan.tensor_inputs names input 1 of 1"},
+      {[](auto &m) { m["plan"]["tensor_inputs"][0] = -1; },
+       "plan.tensor_inputs[0] is -1; expected an integer from 0"},
       {[](auto &m) { m["normal_form"]["normalizer"] = 0; },
        "normal_form.normalizer is 0; expected true or false"},
       {[](auto &m) { m["integrity"]["files"]["layer.cubin"]["sha256"] = 5; },
        "integrity.files.layer.cubin.sha256 is 5; expected a string"},
       {[](auto &m) { m["decode"]["kernels"][0].erase("entry"); },
        "decode.kernels[0].entry is missing"},
-      {[](auto &m) { m["layer"] = nullptr; }, "layer is null; expected a string"},
+      {[](auto &m) { m["layer"] = nullptr; },
+       "layer is null; expected a string"},
       {[](auto &m) { m = nlohmann::json::array(); },
        "the manifest is not a JSON object"},
   };
@@ -131,6 +138,7 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
   schema::Manifest manifest = gpuManifest();
   manifest.target = manifest.plan.target = schema::Target::Cpu;
   manifest.abiVersion = 2;
+  manifest.plan.tensorInputs.reset();
   manifest.kernels = schema::forwardKernels(manifest.plan, "layer.so");
   manifest.decode.kernels = schema::decodeKernels(manifest.plan, "layer.so");
   schema::addIsaVariant(manifest, schema::CpuIsa::Avx2Fma, "layer.avx2_fma.so");
@@ -145,6 +153,10 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
   object["decode"]["kernels"][1]["file"] = "layer.so";
   expectRefused(object, "decode.kernels[1].file 'layer.so' is not the "
                         "package's kernel file 'layer.avx2_fma.so'");
+  // Tensor maps are a GPU kernel's.
+  object = nlohmann::json::parse(schema::write(manifest));
+  object["plan"]["tensor_inputs"] = {0};
+  expectRefused(object, "plan.tensor_inputs are a GPU package's");
   // A GPU kernel names no instruction set.
   object = nlohmann::json::parse(schema::write(gpuManifest()));
   object["kernels"][0]["isa"] = "avx2_fma";

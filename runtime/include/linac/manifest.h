@@ -197,6 +197,9 @@ struct Plan {
   /// Inputs the chunkwise kernel copies into shared memory a chunk ahead,
   /// into their own memory and into the intra-chunk matrices'.
   std::optional<std::vector<int64_t>> sharedInputs, lateSharedInputs;
+  /// Inputs the chunkwise kernel reads a chunk at a time through tensor maps
+  /// the runtime encodes (linac_cuda_forward_args::input_maps).
+  std::optional<std::vector<int64_t>> tensorInputs;
   /// The forward kernel's block (the chunkwise one's where there is one)
   /// and the recurrent scan's.
   std::optional<int64_t> blockThreads, sharedMemory, scanBlockThreads;
@@ -234,6 +237,7 @@ struct Plan {
     visit("subchunk_size", self.subchunkSize, Bounds{1, 1 << 16});
     visit("shared_inputs", self.sharedInputs);
     visit("late_shared_inputs", self.lateSharedInputs);
+    visit("tensor_inputs", self.tensorInputs);
     visit("block_threads", self.blockThreads, kThreadBounds);
     visit("shared_memory", self.sharedMemory, kSharedMemoryBounds);
     visit("scan_block_threads", self.scanBlockThreads, kThreadBounds);

@@ -2,15 +2,14 @@
  *
  * Every kernel in a CUDA package's cubin is `extern "C" __global__` and takes
  * one linac_cuda_forward_args (forward) or linac_cuda_decode_args (decode)
- * by value, as a __grid_constant__ (a decode kernel's tensor map is read in
- * place). The manifest lists each kernel with its activation dtype, block
- * size and dynamic shared memory; a forward grid is (num_heads, num_seqs),
- * or with segments as linac_cuda_segment_pass says, after the preparing
- * kernel when the phased kernels run; a decode grid as many
- * blocks as fit the device at once, at most one per item (a (head,
- * sequence) state, or one of the manifest's decode "parts" of it). The
- * runtime validates every argument it can see before the launch; the
- * kernel trusts them.
+ * by value, as a __grid_constant__ (its tensor maps are read in place).
+ * The manifest lists each kernel with its activation dtype, block size and
+ * dynamic shared memory; a forward grid is (num_heads, num_seqs), or with
+ * segments as linac_cuda_segment_pass says, after the preparing kernel when
+ * the phased kernels run; a decode grid as many blocks as fit the device
+ * at once, at most one per item (a (head, sequence) state, or one of the
+ * manifest's decode "parts" of it). The runtime validates every argument
+ * it can see before the launch; the kernel trusts them.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -23,7 +22,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 5
+#define LINAC_CUDA_ABI_VERSION 6
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
 
@@ -61,6 +60,16 @@ enum linac_cuda_segment_pass {
  * segments waits on shared memory at every step. */
 #define LINAC_CUDA_COMPOSE_THREADS 512
 
+/* The driver's opaque CUtensorMap: 128 bytes, 128-byte aligned. */
+typedef struct linac_cuda_tensor_map {
+#ifdef __cplusplus
+  alignas(128)
+#else
+  _Alignas(128)
+#endif
+      uint64_t opaque[16];
+} linac_cuda_tensor_map;
+
 typedef struct linac_cuda_forward_args {
   int64_t num_seqs;
   int64_t tokens_per_seq;    /* sequence length when cu_seqlens is NULL */
@@ -92,6 +101,13 @@ typedef struct linac_cuda_forward_args {
    * chunk's slot as templates/linac/cuda/geometry.h's preparedSlots and
    * preparedSlot say. */
   void *prepared;
+  /* For the plan's tensor_inputs: a CUtensorMap of each listed input as
+   * [tokens, input heads, size] moved in boxes of one head's chunk_size
+   * tokens, unswizzled, encoded by the runtime when every listed input takes
+   * one (16-byte aligned, under 2^31 tokens); input_maps_encoded says
+   * whether it did, else the kernel copies those rows itself. */
+  int32_t input_maps_encoded;
+  linac_cuda_tensor_map input_maps[LINAC_CUDA_MAX_ARGUMENTS];
 } linac_cuda_forward_args;
 
 /* Columns of a decode state's tensor-map box: 128 bytes of floats, the
@@ -104,16 +120,6 @@ typedef struct linac_cuda_forward_args {
  * promised 16-byte alignment, so the manifest's decode shared memory
  * includes this much for padding. */
 #define LINAC_CUDA_DECODE_STAGE_ALIGNMENT 1024
-
-/* The driver's opaque CUtensorMap: 128 bytes, 128-byte aligned. */
-typedef struct linac_cuda_tensor_map {
-#ifdef __cplusplus
-  alignas(128)
-#else
-  _Alignas(128)
-#endif
-      uint64_t opaque[16];
-} linac_cuda_tensor_map;
 
 /* A decode step: `tokens` new tokens for each of num_seqs sequences whose
  * states live in a pool [P, H, K, V] (key-major; V + 1 columns with a

@@ -214,11 +214,11 @@ LINAC_GEOMETRY int warpgroupThreads(int values) {
 /// consumers'), both buffers' log-gates and each consumer's cumulative
 /// sums of them; each consumer's bf16 copy of its state columns (K x 64);
 /// the reads as 16-bit tiles of 64 tokens; the staged input rows
-/// (`inputRowBytes` a token), the parameters, and an mbarrier for each
-/// producer warp's rows.
+/// (`inputRowBytes` a token, at a 128-byte boundary as tensor copies
+/// need), the parameters, and the rows' mbarrier.
 struct WarpgroupMap {
   int64_t q, k, v, bufferBytes, scaledV, gates, cumulativeGates, states, reads,
-      inputRows, params, rowBarriers, bytes;
+      inputRows, params, rowBarrier, bytes;
 
   LINAC_GEOMETRY WarpgroupMap(int keys, int values, Gate gate,
                               int64_t inputRowBytes, int64_t paramBytes)
@@ -231,8 +231,7 @@ struct WarpgroupMap {
         reads(states + (values / 64) * 2 * keys * 64),
         inputRows(reads + 2 * kChunkSize * values),
         params(inputRows + kChunkSize * inputRowBytes),
-        rowBarriers(params + paramBytes),
-        bytes(rowBarriers + 8 * kProducerWarps + 1024) {}
+        rowBarrier(params + paramBytes), bytes(rowBarrier + 8 + 1024) {}
 };
 
 /// Threads of either phased block: one group of warps.

@@ -32,10 +32,11 @@ namespace linac::cuda {
 
 /// The named barriers of a warpgroup block (0 is __syncthreads').
 enum WarpgroupBarrier : int {
-  kOperandsIn = 1,   // and 2: the producer arrives, the consumers wait
-  kOperandsRead = 3, // and 4: the consumers arrive, the producer waits
-  kConsumers = 5,    // every consumer
-  kConsumerGroup = 6 // and 7: one consumer warpgroup
+  kOperandsIn = 1,    // and 2: the producer arrives, the consumers wait
+  kOperandsRead = 3,  // and 4: the consumers arrive, the producer waits
+  kConsumers = 5,     // every consumer
+  kConsumerGroup = 6, // and 7: one consumer warpgroup
+  kRowsRead = 8       // every producer warp
 };
 
 /// Registers a producer and a consumer thread take (setmaxnreg), within
@@ -99,30 +100,34 @@ LINAC_DEVICE void storeAccumulator(const wgmma::Accumulator &d, char *tiles,
 /// producer's 80 registers (bench/history/forward-chunkwise.md, 24d).
 inline constexpr int kProducerTokens = 1;
 
-/// Starts the copies of the input rows producer warp `warp` reads (tokens
-/// warp, warp + kProducerWarps, ... of the chunk of `length` from `start`),
-/// one bulk copy a row, counted on `barrier`.
+/// Whether the warpgroup kernel may read every input whose rows it stages
+/// by tensor maps: the plan's tensor_inputs name exactly those, each within
+/// a box's 256 elements.
+template <typename Layer> LINAC_HOST_DEVICE constexpr bool tensorRows() {
+  bool all = true;
+  for (int i = 0; i < Layer::kNumInputs; ++i)
+    all = all && Layer::tensorInput(i) == Layer::sharedInput(i) &&
+          (!Layer::tensorInput(i) || Layer::inputSize(i) <= 256);
+  return all;
+}
+
+/// Starts the copies of a chunk's input rows from token `start`, one tensor
+/// copy an input, counted on `barrier`: the calling thread's alone.
 template <typename Rows, typename Layer, typename T>
-LINAC_DEVICE void copyRowsInBulk(const linac_cuda_forward_args &args,
-                                 int64_t start, int length, int head, int warp,
-                                 char *rows, uint64_t *barrier) {
-  const int count =
-      length > warp ? (length - warp + kProducerWarps - 1) / kProducerWarps : 0;
-  if (laneId() == 0)
-    arriveExpecting(barrier,
-                    unsigned(count * Rows::kBytes / Layer::kChunkSize));
-  __syncwarp();
-  const int row = warp + kProducerWarps * laneId();
-  if (laneId() < count)
-    forEachIndex(
-        [&](auto input) {
-          constexpr int i = decltype(input)::value;
-          if constexpr (Rows::holds(i))
-            bulkCopy(rows + Rows::offset(i) + row * Rows::rowBytes(i),
-                     Token<Layer, T>{args, start + row, head}.input(i),
-                     unsigned(Rows::rowBytes(i)), barrier, readOncePolicy());
-        },
-        std::make_integer_sequence<int, Layer::kNumInputs>{});
+LINAC_DEVICE void copyRowsByTensor(const linac_cuda_forward_args &args,
+                                   int64_t start, int head, char *rows,
+                                   uint64_t *barrier) {
+  arriveExpecting(barrier, unsigned(Rows::kBytes));
+  forEachIndex(
+      [&](auto input) {
+        constexpr int i = decltype(input)::value;
+        if constexpr (Rows::holds(i))
+          tensorCopyRows(
+              rows + Rows::offset(i), args.input_maps[i],
+              Token<Layer, T>{args, start, head}.groupHead(args.input_heads[i]),
+              int(start), barrier);
+      },
+      std::make_integer_sequence<int, Layer::kNumInputs>{});
 }
 
 /// A block of the warpgroup kernel: `work`'s chunks.
@@ -159,8 +164,10 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
   float *const gates = reinterpret_cast<float *>(base + kMap.gates);
   char *const inputRows = base + kMap.inputRows;
   char *const params = base + kMap.params;
-  uint64_t *const rowBarriers =
-      reinterpret_cast<uint64_t *>(base + kMap.rowBarriers);
+  uint64_t *const rowBarrier =
+      reinterpret_cast<uint64_t *>(base + kMap.rowBarrier);
+  static_assert(kMap.inputRows % 128 == 0 && C * 16 % 128 == 0,
+                "tensor copies land on 128-byte boundaries");
 
   const int head = work.head;
   const int64_t begin = work.begin, end = work.end;
@@ -171,8 +178,8 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
   };
   if constexpr (Layer::kNumParams > 0)
     ChunkParams<Layer>::template copy<T>(args, head, params);
-  if (threadIdx.x < kProducerWarps)
-    initBarrier(&rowBarriers[threadIdx.x]);
+  if (threadIdx.x == 0)
+    initBarrier(rowBarrier);
   __syncthreads();
 
   if (threadIdx.x < ProducerThreads) {
@@ -181,19 +188,18 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
     // Producer
     //===------------------------------------------------------------===//
     setRegisters<kProducerRegisters, false>();
-    // Rows move by bulk copies when every staged input is 16-byte
-    // aligned (then so is every row), else by Rows' 16-bit copies.
-    bool bulk = true;
-    for (int i = 0; i < Layer::kNumInputs; ++i)
-      bulk = bulk && (!Rows::holds(i) || isAligned(args.inputs[i], 16));
+    // Rows move by one tensor copy an input a chunk when the runtime
+    // encoded the maps, else by each warp's 16-bit copies of its tokens'.
+    constexpr bool kTensorRows = tensorRows<Staged>();
+    const bool tensor = kTensorRows && args.input_maps_encoded;
     auto copyRows = [&](int64_t c) {
       const int64_t start = begin + c * C;
-      if (bulk)
-        copyRowsInBulk<Rows, Layer, T>(args, start, chunkLength(c), head, warp,
-                                       inputRows, &rowBarriers[warp]);
-      else
+      if (!tensor)
         Rows::template copy<T>(args, start, chunkLength(c), head, warp,
                                inputRows);
+      else if (threadIdx.x == 0)
+        copyRowsByTensor<Rows, Layer, T>(args, start, head, inputRows,
+                                         rowBarrier);
     };
     Scalars scalars;
     if (chunks > 0) {
@@ -208,8 +214,8 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
       float *const logGates = gates + c % 2 * C;
       if (c >= 2)
         barrierWait(kOperandsRead + int(c % 2), Threads);
-      if (bulk) {
-        waitBarrier(&rowBarriers[warp], unsigned(c % 2));
+      if (tensor) {
+        waitBarrier(rowBarrier, unsigned(c % 2));
       } else {
         Rows::wait();
       }
@@ -245,8 +251,15 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
             logGates[i] = G == Gate::Scalar ? floorLogGate(ops[j].gk) : 0.0f;
         }
       }
-      // This warp's rows are read: the next chunk's may replace them.
+      // This warp's rows are read: the next chunk's may replace them, once
+      // every producer warp's are under tensor copies.
       __syncwarp();
+      if (tensor && c + 1 < chunks) {
+        if (threadIdx.x < 32)
+          barrierWait(kRowsRead, ProducerThreads);
+        else
+          barrierArrive(kRowsRead, ProducerThreads);
+      }
       if (c + 1 < chunks) {
         copyRows(c + 1);
         scalars.load(args, start + C, chunkLength(c + 1), head, warp);

@@ -133,38 +133,56 @@ void Package::encodeStateMap(float *pool, int64_t states,
               "cuTensorMapEncodeTiled");
 }
 
-void Package::encodeInputMaps(
-    const std::map<std::string, DeviceTensor> &tensors,
-    linac_cuda_forward_args &args) const {
+void Package::encodeTensorMaps(const DeviceForwardRequest &request,
+                               linac_cuda_forward_args &args) const {
   // Each input as [tokens, heads, size], moved in boxes of one head's chunk
-  // of tokens (copyRowsByTensor in templates/linac/cuda/warpgroup.h); the
-  // kernel copies rows itself unless every map is encoded.
+  // of tokens (copyRowsByTensor in templates/linac/cuda/warpgroup.h), and
+  // the output as [tokens, H, V] in 128-byte swizzled boxes of 64 columns
+  // (the reads' tiles); the kernel copies rows itself unless every map is
+  // encoded.
   const cuuint32_t chunk = cuuint32_t(info_.plan.chunkSize.value());
-  for (int64_t i : *info_.plan.tensorInputs) {
-    const DeviceTensor &t = tensors.at(inputs_[i].name);
-    const int64_t tokens = t.shape[0] * t.shape[1];
-    const int64_t size = std::accumulate(t.shape.begin() + 3, t.shape.end(),
-                                         int64_t(1), std::multiplies<>());
-    // Box coordinates are 32-bit signed; a map's address 16-byte aligned.
-    if (tokens == 0 || tokens > std::numeric_limits<int32_t>::max() ||
-        reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
-      return;
-    const cuuint64_t dims[3] = {cuuint64_t(size), cuuint64_t(t.shape[2]),
+  const std::vector<int64_t> &first = request.tensors.at(inputs_[0].name).shape;
+  const int64_t tokens = first[0] * first[1];
+  // Box coordinates are 32-bit signed; a map's address 16-byte aligned.
+  auto takesMap = [&](const void *data) {
+    return tokens > 0 && tokens <= std::numeric_limits<int32_t>::max() &&
+           reinterpret_cast<uintptr_t>(data) % 16 == 0;
+  };
+  auto encode = [&](linac_cuda_tensor_map &map, const void *data, int64_t heads,
+                    int64_t size, cuuint32_t boxColumns,
+                    CUtensorMapSwizzle swizzle, const std::string &what) {
+    const cuuint64_t dims[3] = {cuuint64_t(size), cuuint64_t(heads),
                                 cuuint64_t(tokens)};
     const cuuint64_t strides[2] = {cuuint64_t(size) * 2,
-                                   cuuint64_t(size * t.shape[2]) * 2};
-    const cuuint32_t box[3] = {cuuint32_t(size), 1, chunk};
+                                   cuuint64_t(size * heads) * 2};
+    const cuuint32_t box[3] = {boxColumns, 1, chunk};
     const cuuint32_t elementStrides[3] = {1, 1, 1};
-    cuda::check(
-        cuda::driver().cuTensorMapEncodeTiled(
-            reinterpret_cast<CUtensorMap *>(&args.input_maps[i]),
-            CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(t.data), dims,
-            strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-        "cuTensorMapEncodeTiled('" + inputs_[i].name + "')");
+    cuda::check(cuda::driver().cuTensorMapEncodeTiled(
+                    reinterpret_cast<CUtensorMap *>(&map),
+                    CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(data),
+                    dims, strides, box, elementStrides,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                "cuTensorMapEncodeTiled('" + what + "')");
+  };
+  const bool output = info_.plan.tensorOutput.value_or(false);
+  if (output && !takesMap(request.output))
+    return;
+  for (int64_t i : *info_.plan.tensorInputs)
+    if (!takesMap(request.tensors.at(inputs_[i].name).data))
+      return;
+  for (int64_t i : *info_.plan.tensorInputs) {
+    const DeviceTensor &t = request.tensors.at(inputs_[i].name);
+    const int64_t size = std::accumulate(t.shape.begin() + 3, t.shape.end(),
+                                         int64_t(1), std::multiplies<>());
+    encode(args.input_maps[i], t.data, t.shape[2], size, cuuint32_t(size),
+           CU_TENSOR_MAP_SWIZZLE_NONE, inputs_[i].name);
   }
-  args.input_maps_encoded = 1;
+  if (output)
+    encode(args.output_map, request.output, args.num_heads, valueDim_,
+           LINAC_CUDA_OUTPUT_BOX_COLUMNS, CU_TENSOR_MAP_SWIZZLE_128B, "o");
+  args.maps_encoded = 1;
 }
 
 Package::DeviceForward
@@ -216,7 +234,7 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
   requireDeviceMemory(request.initialState, "initial_state");
   requireDeviceMemory(request.finalState, "final_state");
   if (plan.kernel->chunkwise && info_.plan.tensorInputs)
-    encodeInputMaps(request.tensors, args);
+    encodeTensorMaps(request, args);
   args.initial_state = request.initialState;
   args.final_state = request.finalState;
   // An empty batch is done; the driver refuses a grid without blocks.

@@ -295,6 +295,8 @@ void checkAgreement(const Manifest &manifest) {
                         std::to_string(phased->chunkBytes) +
                         " is not a multiple of 16");
   }
+  if (manifest.plan.tensorOutput && !isGpu(manifest.target))
+    throw SchemaError("plan.tensor_output is a GPU package's");
   if (const auto &tensorInputs = manifest.plan.tensorInputs) {
     if (!isGpu(manifest.target))
       throw SchemaError("plan.tensor_inputs are a GPU package's");

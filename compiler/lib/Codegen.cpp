@@ -694,7 +694,8 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           "  static constexpr int kDecodeWarps = {}, kDecodeStages = {}, "
           "kDecodeParts = {};\n"
           "  static constexpr DecodeStaging kDecodeStaging = "
-          "DecodeStaging::{};\n{}{}{}",
+          "DecodeStaging::{};\n"
+          "  static constexpr bool kTensorOutput = {};\n{}{}{}",
           gate.str(),
           plan.chunkKernel == manifest::ChunkKernel::Pipelined   ? "Pipelined"
           : plan.chunkKernel == manifest::ChunkKernel::Warpgroup ? "Warpgroup"
@@ -702,6 +703,7 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           plan.decodeWarps.value(), plan.decodeStages.value(),
           plan.decodeParts.value(),
           decodeStagingName(plan.decodeStaging.value()).str(),
+          plan.tensorOutput.value_or(false) ? "true" : "false",
           inputFlags("sharedInput", plan.sharedInputs),
           inputFlags("lateSharedInput", plan.lateSharedInputs),
           inputFlags("tensorInput", plan.tensorInputs)));

@@ -391,8 +391,12 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
       plan.sharedInputs.emplace();
       plan.lateSharedInputs.emplace();
     }
-    if (warpgroup)
+    if (warpgroup) {
       plan.tensorInputs = tensorInputs(layer);
+      // The read is the output: no epilogue but the store.
+      auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+      plan.tensorOutput = yield.getOutput() == form.read.getOutput();
+    }
     if (phased) {
       // Without an erase under a scalar gate or none, the preparing kernel
       // stores more than the lockstep kernel's prologue saves when the

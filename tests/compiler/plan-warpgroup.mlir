@@ -12,16 +12,21 @@
 // reads (16384), the rows of q, k and v (64 x 768), the parameter (16),
 // the rows' mbarrier (8) and 1024 to align the base: 215064 bytes. At
 // K = 64 without a gate: keys of one tile and no scaled U, 133128 bytes.
-// The rows of q, k and v move by tensor maps; the scalar dt does not.
+// The rows of q, k and v move by tensor maps, the scalar dt does not; the
+// output, which is the read, by one too, unless an epilogue follows the
+// read (@gated_output).
 // CHECK: linac.layer @scalar_gate
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
 // CHECK-SAME: late_shared_inputs = array<i64>
 // CHECK-NOT: phased
 // CHECK-SAME: shared_inputs = array<i64>, shared_memory = 215064 : i64
-// CHECK-SAME: tensor_inputs = array<i64: 0, 1, 2>
+// CHECK-SAME: tensor_inputs = array<i64: 0, 1, 2>, tensor_output = true
 // CHECK: linac.layer @narrow_ungated
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
 // CHECK-SAME: shared_memory = 133128 : i64
+// CHECK: linac.layer @gated_output
+// CHECK-SAME: chunk_kernel = "warpgroup"
+// CHECK-SAME: tensor_inputs = array<i64: 0, 1, 2, 4>, tensor_output = false
 // CHECK: linac.layer @with_erase
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
 // CHECK: linac.layer @narrow_values
@@ -58,6 +63,18 @@ linac.layer @narrow_ungated(%S : !narrow_state)
   %S1 = linac.write %S, %k, %v : !narrow_state, !narrow_key, !value
   %o = linac.read %S1, %q : !narrow_state, !narrow_key -> !value
   linac.yield %S1, %o : !narrow_state, !value
+}
+
+linac.layer @gated_output(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %dt : f32, %z : !value) {
+  %d = linac.softplus %dt : f32
+  %g = arith.negf %d : f32
+  %S1 = linac.decay %S key(%g : f32) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  %zg = linac.sigmoid %z : !value
+  %out = arith.mulf %o, %zg : !value
+  linac.yield %S2, %out : !state, !value
 }
 
 linac.layer @with_erase(%S : !state)

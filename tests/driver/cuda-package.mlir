@@ -81,11 +81,15 @@
 // SOURCE-NEXT: static constexpr ChunkKernel kChunkKernel = ChunkKernel::Lockstep;
 // SOURCE-NEXT: static constexpr int kDecodeWarps = 16, kDecodeStages = 3, kDecodeParts = 1;
 // SOURCE-NEXT: static constexpr DecodeStaging kDecodeStaging = DecodeStaging::Bulk;
+// The lockstep kernel stores its output a token at a time.
+// SOURCE-NEXT: static constexpr bool kTensorOutput = false;
 // The plan's staged inputs as flags: the vectors (32-byte rows) in shared
 // memory, the scalars not.
 // SOURCE-NEXT: static constexpr bool sharedInput(int i) {
 // SOURCE-NEXT: constexpr bool flags[] = {true, true, true, false, false};
 // SOURCE: static constexpr bool lateSharedInput(int i) {
+// SOURCE-NEXT: constexpr bool flags[] = {false, false, false, false, false};
+// SOURCE: static constexpr bool tensorInput(int i) {
 // SOURCE-NEXT: constexpr bool flags[] = {false, false, false, false, false};
 // SOURCE: struct Chunk {
 // SOURCE: out.gk = neg;

@@ -30,6 +30,7 @@ schema::Manifest gpuManifest() {
   plan.sharedInputs = std::vector<int64_t>{0, 2};
   plan.lateSharedInputs = std::vector<int64_t>{};
   plan.tensorInputs = std::vector<int64_t>{0};
+  plan.tensorOutput = true;
   plan.blockThreads = 512;
   plan.sharedMemory = 100000;
   plan.scanBlockThreads = 32;
@@ -72,6 +73,7 @@ TEST(Manifest, WritesWhatItReads) {
   EXPECT_EQ(read.plan.decodeKeyRows, schema::DecodeKeyRows::Split);
   EXPECT_EQ(read.plan.sharedInputs, (std::vector<int64_t>{0, 2}));
   EXPECT_EQ(read.plan.tensorInputs, (std::vector<int64_t>{0}));
+  EXPECT_EQ(read.plan.tensorOutput, true);
   EXPECT_EQ(read.integrity->files.at("layer.cubin").bytes, 7);
 }
 
@@ -139,6 +141,7 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
   manifest.target = manifest.plan.target = schema::Target::Cpu;
   manifest.abiVersion = 2;
   manifest.plan.tensorInputs.reset();
+  manifest.plan.tensorOutput.reset();
   manifest.kernels = schema::forwardKernels(manifest.plan, "layer.so");
   manifest.decode.kernels = schema::decodeKernels(manifest.plan, "layer.so");
   schema::addIsaVariant(manifest, schema::CpuIsa::Avx2Fma, "layer.avx2_fma.so");
@@ -157,6 +160,9 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
   object = nlohmann::json::parse(schema::write(manifest));
   object["plan"]["tensor_inputs"] = {0};
   expectRefused(object, "plan.tensor_inputs are a GPU package's");
+  object["plan"].erase("tensor_inputs");
+  object["plan"]["tensor_output"] = true;
+  expectRefused(object, "plan.tensor_output is a GPU package's");
   // A GPU kernel names no instruction set.
   object = nlohmann::json::parse(schema::write(gpuManifest()));
   object["kernels"][0]["isa"] = "avx2_fma";

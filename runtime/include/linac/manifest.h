@@ -200,6 +200,9 @@ struct Plan {
   /// Inputs the chunkwise kernel reads a chunk at a time through tensor maps
   /// the runtime encodes (linac_cuda_forward_args::input_maps).
   std::optional<std::vector<int64_t>> tensorInputs;
+  /// Whether that kernel stores a whole chunk's output by a tensor map
+  /// (linac_cuda_forward_args::output_map): where the output is the read.
+  std::optional<bool> tensorOutput;
   /// The forward kernel's block (the chunkwise one's where there is one)
   /// and the recurrent scan's.
   std::optional<int64_t> blockThreads, sharedMemory, scanBlockThreads;
@@ -238,6 +241,7 @@ struct Plan {
     visit("shared_inputs", self.sharedInputs);
     visit("late_shared_inputs", self.lateSharedInputs);
     visit("tensor_inputs", self.tensorInputs);
+    visit("tensor_output", self.tensorOutput);
     visit("block_threads", self.blockThreads, kThreadBounds);
     visit("shared_memory", self.sharedMemory, kSharedMemoryBounds);
     visit("scan_block_threads", self.scanBlockThreads, kThreadBounds);

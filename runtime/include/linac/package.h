@@ -242,10 +242,10 @@ private:
   void encodeStateMap(float *pool, int64_t states,
                       linac_cuda_decode_args &args) const;
   std::vector<CudaKernel> decodeKernels_;
-  /// Encodes the tensor map of each of the plan's tensor_inputs into `args`
-  /// when every one of them takes one.
-  void encodeInputMaps(const std::map<std::string, DeviceTensor> &tensors,
-                       linac_cuda_forward_args &args) const;
+  /// Encodes the tensor maps of the plan's tensor_inputs and tensor_output
+  /// into `args` when every one of them takes one.
+  void encodeTensorMaps(const DeviceForwardRequest &request,
+                        linac_cuda_forward_args &args) const;
   /// Launches `kernel` on a (gridX, gridY) grid with one argument struct.
   void launch(const CudaKernel &kernel, CUctx_st *context, void *args,
               int64_t gridX, int64_t gridY, CUstream_st *stream,

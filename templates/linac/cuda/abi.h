@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 6
+#define LINAC_CUDA_ABI_VERSION 7
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
 
@@ -59,6 +59,10 @@ enum linac_cuda_segment_pass {
 /* Threads of a compose block: sixteen warps, since its walk over the
  * segments waits on shared memory at every step. */
 #define LINAC_CUDA_COMPOSE_THREADS 512
+
+/* Columns of the output map's box: 128 bytes of 16-bit values, the widest
+ * row the 128-byte swizzle takes (a consumer warpgroup's tile). */
+#define LINAC_CUDA_OUTPUT_BOX_COLUMNS 64
 
 /* The driver's opaque CUtensorMap: 128 bytes, 128-byte aligned. */
 typedef struct linac_cuda_tensor_map {
@@ -103,11 +107,14 @@ typedef struct linac_cuda_forward_args {
   void *prepared;
   /* For the plan's tensor_inputs: a CUtensorMap of each listed input as
    * [tokens, input heads, size] moved in boxes of one head's chunk_size
-   * tokens, unswizzled, encoded by the runtime when every listed input takes
-   * one (16-byte aligned, under 2^31 tokens); input_maps_encoded says
-   * whether it did, else the kernel copies those rows itself. */
-  int32_t input_maps_encoded;
+   * tokens, unswizzled; with its tensor_output, one of the output as
+   * [tokens, H, V] in boxes of 64 columns by one head's chunk_size tokens,
+   * 128-byte swizzled. The runtime encodes them all when each takes one
+   * (16-byte aligned, under 2^31 tokens) and says so in maps_encoded; else
+   * the kernel copies rows itself. */
+  int32_t maps_encoded;
   linac_cuda_tensor_map input_maps[LINAC_CUDA_MAX_ARGUMENTS];
+  linac_cuda_tensor_map output_map;
 } linac_cuda_forward_args;
 
 /* Columns of a decode state's tensor-map box: 128 bytes of floats, the

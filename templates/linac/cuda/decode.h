@@ -370,6 +370,15 @@ LINAC_DEVICE void tensorCopyRows(void *shared, const linac_cuda_tensor_map &map,
                "r"(sharedAddress(barrier)), "l"(readOncePolicy())
                : "memory");
 }
+/// Stores shared memory to box (column, head, token) of an output's `map`
+/// ([tokens, heads, size]), in this thread's current bulk group.
+LINAC_DEVICE void tensorStoreRows(const linac_cuda_tensor_map &map, int column,
+                                  int head, int token, const void *shared) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group "
+               "[%0, {%1, %2, %3}], [%4];\n" ::"l"(&map),
+               "r"(column), "r"(head), "r"(token), "r"(sharedAddress(shared))
+               : "memory");
+}
 /// Copies shared memory back to box (column, row) of a state pool's `map`,
 /// in this thread's current bulk group.
 LINAC_DEVICE void tensorStore(const linac_cuda_tensor_map &map, int column,

@@ -191,7 +191,7 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
     // Rows move by one tensor copy an input a chunk when the runtime
     // encoded the maps, else by each warp's 16-bit copies of its tokens'.
     constexpr bool kTensorRows = tensorRows<Staged>();
-    const bool tensor = kTensorRows && args.input_maps_encoded;
+    const bool tensor = kTensorRows && args.maps_encoded;
     auto copyRows = [&](int64_t c) {
       const int64_t start = begin + c * C;
       if (!tensor)
@@ -278,6 +278,9 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
   const int g = consumerThread / 128, warp = consumerThread / 32 % 4;
   const int consumerWarp = consumerThread / 32;
   const float scale = readScale<Layer>(args);
+  // A chunk whole in its sequence stores its output by the tensor map (a
+  // partial one would overwrite the next sequence's first rows).
+  const bool tensorOutput = Layer::kTensorOutput && args.maps_encoded;
   char *const stateCopy = base + kMap.states + g * K * 64 * 2;
   char *const reads = base + kMap.reads;
   T *const output = static_cast<T *>(args.output);
@@ -438,12 +441,26 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
     if (work.reads) {
       o.pin();
       storeAccumulator<T>(o, reads, C, 0, g);
-      barrierWait(kConsumers, Threads - ProducerThreads);
-      for (int i = consumerWarp; i < L; i += (Threads - ProducerThreads) / 32) {
-        const int64_t token = start + i;
-        Layer::Chunk::epilogue(Token<Layer, T>{args, token, head},
-                               loadSwizzled<V, T>(reads, C, i),
-                               output + (token * args.num_heads + head) * V);
+      if (tensorOutput && L == C) {
+        // The reads are the output: this consumer's tile goes out whole,
+        // its bytes read before the group's next barrier.
+        fenceSharedForBulkCopies();
+        barrierWait(kConsumerGroup + g, 128);
+        if (consumerThread % 128 == 0) {
+          tensorStoreRows(args.output_map, 64 * g, head, int(start),
+                          reads + g * Tile);
+          commitBulkStores();
+          waitBulkStoresRead();
+        }
+      } else {
+        barrierWait(kConsumers, Threads - ProducerThreads);
+        for (int i = consumerWarp; i < L;
+             i += (Threads - ProducerThreads) / 32) {
+          const int64_t token = start + i;
+          Layer::Chunk::epilogue(Token<Layer, T>{args, token, head},
+                                 loadSwizzled<V, T>(reads, C, i),
+                                 output + (token * args.num_heads + head) * V);
+        }
       }
     }
     publishState();

@@ -150,7 +150,8 @@ double medianSeconds(int reps, const std::function<void()> &call) {
 
 } // namespace
 
-Result forwardHost(const Package &package, Shape shape, int threads, int reps) {
+Result forwardHost(const Package &package, Shape shape, int threads, int reps,
+                   int64_t segmentTokens) {
   std::mt19937 rng(std::random_device{}());
   HostArguments arguments(package, {shape.batch, shape.tokens}, shape.heads,
                           rng);
@@ -163,6 +164,7 @@ Result forwardHost(const Package &package, Shape shape, int threads, int reps) {
   request.output = output.data();
   request.finalState = finalState.data();
   request.threads = hostThreads(threads);
+  request.segmentTokens = segmentTokens;
 
   Result result;
   result.milliseconds =

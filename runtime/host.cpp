@@ -90,6 +90,7 @@ void Package::forward(const ForwardRequest &request) const {
   args.output = request.output;
   args.scale = scaleOrDefault(request.scale, keyDim_);
   args.threads = hostThreads(request.threads);
+  args.segment_tokens = request.segmentTokens;
   int status = reinterpret_cast<linac_cpu_forward_fn>(forward_)(&args);
   if (status != 0)
     throw Error(Error::Kind::Kernel,

@@ -183,7 +183,8 @@ int benchCpu(const linac::Package &package, linac::bench::Shape shape,
         gemms[count] = linac::bench::measureCpuGemm(count);
       line = linac::bench::cpuJsonLine(
           package, shape,
-          linac::bench::forwardHost(package, shape, count, reps),
+          linac::bench::forwardHost(package, shape, count, reps,
+                                    options.segmentTokens),
           gemms[count]);
     }
     std::printf("%s\n", line.c_str());
@@ -307,7 +308,7 @@ int main(int argc, char **argv) {
   benchCommand->add_option(
       "--segment-tokens", benchOptions.segmentTokens,
       "Cut sequences into segments of this many tokens (0: as the runtime "
-      "chooses; -1: never)");
+      "chooses; -1: never), on the GPU and the host alike");
   benchCommand->add_flag("--decode", benchOptions.decode,
                          "Time decode steps: --shape B,T,H is B sequences of "
                          "T new tokens (default 64,1,16 and 256,1,16)");

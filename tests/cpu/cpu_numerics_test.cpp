@@ -71,6 +71,33 @@ TEST_P(CpuNumerics, AnyThreadCount) {
   }
 }
 
+// Sequences cut into pieces that run side by side, composed exactly: by
+// request (pieces of one and of two chunks, a varlen batch whose short
+// sequences stay whole) and where idle workers call for them (one head of
+// one long sequence on eight workers), under strong gates too.
+TEST_P(CpuNumerics, Pieces) {
+  for (int64_t segmentTokens : {64, 100}) {
+    SCOPED_TRACE("segment tokens = " + std::to_string(segmentTokens));
+    Case c;
+    c.batch = 1;
+    c.cuSeqlens = {0, 70, 70, 330};
+    c.initialState = true;
+    c.threads = 3;
+    c.segmentTokens = segmentTokens;
+    check(GetParam(), {64, 64}, c);
+  }
+  for (GateRange gates : {GateRange::Moderate, GateRange::Strong}) {
+    Case c;
+    c.batch = 1;
+    c.heads = c.keyHeads = 1;
+    c.tokens = 1100;
+    c.initialState = true;
+    c.threads = 8;
+    c.gates = gates;
+    check(GetParam(), {64, 64}, c);
+  }
+}
+
 TEST_P(CpuNumerics, GroupedHeads) {
   Case c;
   c.heads = 4;

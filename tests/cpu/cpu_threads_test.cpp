@@ -92,3 +92,59 @@ TEST(CpuThreads, EmptySequencesAndEqualLengths) {
 }
 
 } // namespace
+
+/// Pieces tile each sequence in order, of whole chunks but for the last.
+void expectTiles(const std::vector<linac::cpu::SequencePiece> &pieces,
+                 const std::vector<int64_t> &offsets, int chunkSize) {
+  size_t p = 0;
+  for (size_t seq = 0; seq + 1 < offsets.size(); ++seq) {
+    int64_t at = offsets[seq];
+    for (int32_t index = 0;; ++index, ++p) {
+      ASSERT_LT(p, pieces.size());
+      const linac::cpu::SequencePiece &piece = pieces[p];
+      EXPECT_EQ(piece.seq, int64_t(seq));
+      EXPECT_EQ(piece.index, index);
+      EXPECT_EQ(piece.begin, at);
+      if (!piece.last)
+        EXPECT_EQ((piece.end - piece.begin) % chunkSize, 0);
+      at = piece.end;
+      if (piece.last) {
+        ++p;
+        break;
+      }
+    }
+    EXPECT_EQ(at, offsets[seq + 1]);
+  }
+  EXPECT_EQ(p, pieces.size());
+}
+
+TEST(CpuThreads, PiecesOnRequest) {
+  using linac::cpu::cutSequences;
+  const std::vector<int64_t> offsets{0, 70, 70, 330};
+  // Pieces of two chunks; the empty and short sequences stay whole.
+  auto pieces = cutSequences(offsets.data(), 3, 2, 1, 64, false, 100);
+  expectTiles(pieces, offsets, 64);
+  ASSERT_EQ(pieces.size(), 5u);
+  EXPECT_EQ(pieces[2].end - pieces[2].begin, 128);
+  EXPECT_TRUE(cutSequences(offsets.data(), 3, 2, 64, 64, false, -1).empty());
+  // Pieces as long as the sequences: none cut.
+  EXPECT_TRUE(cutSequences(offsets.data(), 3, 2, 1, 64, true, 4096).empty());
+}
+
+TEST(CpuThreads, PiecesWhereWorkersIdle) {
+  using linac::cpu::cutSequences;
+  const std::vector<int64_t> offsets{0, 16384};
+  // Eight heads keep two workers busy: whole sequences.
+  EXPECT_TRUE(cutSequences(offsets.data(), 1, 8, 2, 64, false, 0).empty());
+  // One head on two workers: three pieces without an erase, none with one
+  // (its middle piece's transition doubles it).
+  auto pieces = cutSequences(offsets.data(), 1, 1, 2, 64, false, 0);
+  expectTiles(pieces, offsets, 64);
+  EXPECT_EQ(pieces.size(), 3u);
+  EXPECT_TRUE(cutSequences(offsets.data(), 1, 1, 2, 64, true, 0).empty());
+  // Eight workers: nine pieces either way.
+  EXPECT_EQ(cutSequences(offsets.data(), 1, 1, 8, 64, true, 0).size(), 9u);
+  const std::vector<int64_t> shortOne{0, 500};
+  // Eight chunks keep two pieces of four at most, which gain nothing.
+  EXPECT_TRUE(cutSequences(shortOne.data(), 1, 1, 8, 64, false, 0).empty());
+}

@@ -79,6 +79,7 @@ Outcome run(const Package &package, Dims dims, const Case &c) {
   ForwardRequest request;
   request.cuSeqlens = c.cuSeqlens;
   request.threads = c.threads;
+  request.segmentTokens = c.segmentTokens;
   for (const auto &[name, argument] : problem.arguments)
     request.tensors[name] = {argument.values.data(), argument.shape};
   if (!problem.initialState.empty())

@@ -43,6 +43,7 @@ struct Case {
   /// A token of the packed token axis whose decay inputs are all NaN, or -1.
   int64_t nanGateToken = -1;
   int threads = 0; ///< a CPU forward's, as ForwardRequest takes them
+  int64_t segmentTokens = 0; ///< likewise
 };
 
 struct Argument {

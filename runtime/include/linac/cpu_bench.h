@@ -33,10 +33,11 @@ CpuGemm measureCpuGemm(int threads, int reps = 5);
 /// ceiling.
 double measureCpuCopy(int threads, int reps = 5);
 
-/// Runs cpu `package`'s forward pass at `shape` on `threads` threads, on
-/// fresh random inputs: one untimed call, then the median of `reps`.
+/// Runs cpu `package`'s forward pass at `shape` on `threads` threads, its
+/// sequences cut as `segmentTokens` says (ForwardRequest's), on fresh
+/// random inputs: one untimed call, then the median of `reps`.
 Result forwardHost(const Package &package, Shape shape, int threads,
-                   int reps = 5);
+                   int reps = 5, int64_t segmentTokens = 0);
 
 /// A decode step of cpu `package`: B = shape.batch sequences of
 /// shape.tokens new tokens, each its own slot of a random state pool, as

@@ -61,6 +61,10 @@ struct ForwardRequest {
   /// Threads the pass runs on (the caller's among them): 0 for every core
   /// this process may run on, else 1 to kMaxHostThreads.
   int threads = 0;
+  /// How the chunkwise pass cuts sequences into pieces that run side by
+  /// side: 0 where threads would otherwise idle, -1 never, n > 0 into
+  /// pieces of n tokens rounded up to whole chunks.
+  int64_t segmentTokens = 0;
 };
 
 /// The manifest's name of `dtype` ("float32", "bfloat16", "float16"), or

@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CPU_ABI_VERSION 3
+#define LINAC_CPU_ABI_VERSION 4
 
 typedef struct linac_cpu_forward_args {
   int64_t num_seqs;
@@ -32,6 +32,10 @@ typedef struct linac_cpu_forward_args {
   float *output;              /* [tokens, H, V] */
   float scale;                /* the read's scale unless the spec fixes it */
   int32_t threads;            /* workers, at least 1 */
+  /* Sequences cut into pieces that run side by side: 0 where workers
+   * would otherwise idle, -1 never, n > 0 into pieces of n tokens rounded
+   * up to whole chunks. */
+  int64_t segment_tokens;
 } linac_cpu_forward_args;
 
 /* A few new tokens for each of B sequences whose states live in a pool

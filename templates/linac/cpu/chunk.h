@@ -36,14 +36,27 @@ void prefetchInputs(const linac_cpu_forward_args &args, int64_t begin,
     }
 }
 
-/// The chunkwise forward of one sequence and a run of heads (docs/design.md)
+/// What chunkHeadsByProducts runs: tokens [begin, end) of one sequence,
+/// with or without the reads (the outputs, by the epilogue), and what a
+/// piece of a cut sequence keeps beside its states (null for nothing):
+/// with an erase each head's transition [K, K], carried from what it
+/// holds; without, each head's total log-gates over the pass (its G key
+/// and P value ones, chunkHeadsByProducts' counts), added to.
+struct HeadsPass {
+  int64_t begin, end;
+  bool reads = true;
+  float *transitions = nullptr;
+  double *logGateTotals = nullptr;
+};
+
+/// The chunkwise forward of a run of heads over `pass` (docs/design.md)
 /// for a layer without an erase under a value-side decay, `states[h]` head
 /// firstHead + h's: chunk by chunk, each head in turn, so that a chunk's
 /// input rows (a token's heads side by side) are fetched once for all.
 template <typename Layer, typename Token, typename State, typename Operands>
-void chunkHeadsByProducts(const linac_cpu_forward_args &args, int64_t seq,
-                          int64_t firstHead, State *states, int heads,
-                          float scale) {
+void chunkHeadsByProducts(const linac_cpu_forward_args &args,
+                          const HeadsPass &pass, int64_t firstHead,
+                          State *states, int heads, float scale) {
   constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
   constexpr bool N = Layer::kNormalizer;
   constexpr int U = V + (N ? 1 : 0);
@@ -82,8 +95,15 @@ void chunkHeadsByProducts(const linac_cpu_forward_args &args, int64_t seq,
                     P ? psi.data() : nullptr,
                     P ? psiQ.data() : nullptr};
 
-  const int64_t end = args.cu_seqlens[seq + 1];
-  for (int64_t start = args.cu_seqlens[seq]; start < end; start += C) {
+  // A transition is the state's map without the writes: the chunk's
+  // products on the identity ([K, K]) with u of zeros.
+  std::vector<float> zeros(pass.transitions ? C * chunk.rowStride : 0, 0.0f);
+  Chunk transition = chunk;
+  transition.columns = K;
+  transition.u = zeros.data();
+
+  const int64_t end = pass.end;
+  for (int64_t start = pass.begin; start < end; start += C) {
     const int L = int(std::min<int64_t>(C, end - start));
     for (int h = 0; h < heads; ++h) {
       const int64_t head = firstHead + h;
@@ -113,8 +133,18 @@ void chunkHeadsByProducts(const linac_cpu_forward_args &args, int64_t seq,
       else
         prefetchInputs<Layer, Token>(args, start + C,
                                      std::min(start + 2 * C, end), firstHead);
-      chunkForward(chunk, states[h].s, reads.front().x.data());
-      for (int t = 0; t < L; ++t) {
+      chunkForward(chunk, states[h].s,
+                   pass.reads ? reads.front().x.data() : nullptr);
+      if (pass.transitions)
+        chunkForward(transition, pass.transitions + size_t(h) * K * K, nullptr);
+      if (double *totals = pass.logGateTotals) {
+        // The padded rows keep the last token's sums.
+        for (int d = 0; d < G; ++d)
+          totals[h * (G + P) + d] += lam[(C - 1) * G + d];
+        for (int j = 0; j < P; ++j)
+          totals[h * (G + P) + G + j] += psi[(C - 1) * P + j];
+      }
+      for (int t = 0; t < L && pass.reads; ++t) {
         const int64_t token = start + t;
         Layer::epilogue(Token{args, token, head},
                         State::template normalize<V, N>(reads[t]),

@@ -374,14 +374,117 @@ template <typename Layer> int decode(const linac_cpu_decode_args &args) {
   return 0;
 }
 
+/// The chunkwise forward by matrix products with sequences cut into
+/// `pieces` (docs/design.md, "Segments"), each (piece, head) a task: every
+/// sequence's first piece from its initial state and every middle piece
+/// from zeros (its transition beside it), side by side; then each
+/// sequence's true state after every piece, in order; then every piece
+/// after the first from its true entering state, side by side.
+template <typename Layer>
+void piecewiseForward(const linac_cpu_forward_args &args,
+                      const std::vector<SequencePiece> &pieces) {
+  constexpr int K = Layer::K, V = Layer::V;
+  constexpr bool N = Layer::kNormalizer;
+  using HeadState = State<K, V, N>;
+  using Operands = Operands<K, V, N>;
+  constexpr int U = HeadState::kColumns;
+  // What carries a state across a piece: a transition with an erase, else
+  // the piece's total log-gates (as chunkHeadsByProducts counts them).
+  constexpr int kTransition = Layer::kErase ? K * K : 0;
+  constexpr int kLogs = Layer::kErase ? 0
+                                      : (Layer::kUniformKeyGate ? 1 : K) +
+                                            (Layer::kValueDecay ? U : 0);
+  const int64_t H = args.num_heads;
+  const size_t slots = pieces.size() * size_t(H);
+  // Each (piece, head)'s state after the piece: from zeros, then the true
+  // one, which the next piece starts from.
+  std::vector<float> states(slots * HeadState::kSize, 0.0f);
+  std::vector<float> transitions(slots * kTransition, 0.0f);
+  std::vector<double> logs(slots * kLogs, 0.0);
+  auto at = [](auto &v, size_t slot, size_t size) {
+    return v.data() + slot * size;
+  };
+  const float scale = readScale<Layer>(args);
+  auto run = [&](size_t slot, const SequencePiece &piece, HeadState &state,
+                 bool reads, bool carry) {
+    const int64_t head = int64_t(slot % H);
+    HeadsPass pass{piece.begin, piece.end, reads};
+    if (carry && Layer::kErase) {
+      float *t = at(transitions, slot, kTransition);
+      for (int d = 0; d < K; ++d)
+        t[d * K + d] = 1.0f;
+      pass.transitions = t;
+    } else if (carry) {
+      pass.logGateTotals = at(logs, slot, kLogs);
+    }
+    chunkHeadsByProducts<Layer, Token<Layer>, HeadState, Operands>(
+        args, pass, head, &state, 1, scale);
+    if (piece.last && args.final_state)
+      state.store(args.final_state +
+                  size_t(piece.seq * H + head) * HeadState::kSize);
+  };
+
+  std::vector<size_t> first;
+  for (size_t p = 0; p < pieces.size(); ++p)
+    if (pieces[p].index == 0 || !pieces[p].last)
+      first.push_back(p);
+  forEachTask(int64_t(first.size()) * H, args.threads, [&](int64_t task) {
+    const size_t p = first[size_t(task / H)];
+    const size_t slot = p * H + size_t(task % H);
+    const SequencePiece &piece = pieces[p];
+    if (piece.index == 0 && args.initial_state)
+      std::copy_n(args.initial_state +
+                      size_t(piece.seq * H + task % H) * HeadState::kSize,
+                  HeadState::kSize, at(states, slot, HeadState::kSize));
+    HeadState state(at(states, slot, HeadState::kSize));
+    run(slot, piece, state, piece.index == 0, piece.index > 0);
+  });
+  for (size_t p = 0; p < pieces.size(); ++p)
+    if (pieces[p].index > 0 && !pieces[p].last)
+      for (int64_t head = 0; head < H; ++head) {
+        const size_t slot = p * H + size_t(head);
+        const double *totals = at(logs, slot, kLogs);
+        composePiece(K, U,
+                     kTransition ? at(transitions, slot, kTransition) : nullptr,
+                     totals, Layer::kUniformKeyGate,
+                     Layer::kValueDecay ? totals + kLogs - U : nullptr,
+                     at(states, slot - H, HeadState::kSize),
+                     at(states, slot, HeadState::kSize));
+      }
+  std::vector<size_t> rest;
+  for (size_t p = 0; p < pieces.size(); ++p)
+    if (pieces[p].index > 0)
+      rest.push_back(p);
+  forEachTask(int64_t(rest.size()) * H, args.threads, [&](int64_t task) {
+    const size_t p = rest[size_t(task / H)];
+    const size_t slot = p * H + size_t(task % H);
+    // A state of its own: the next piece reads this slot meanwhile.
+    HeadState state;
+    state.load(at(states, slot - H, HeadState::kSize));
+    run(slot, pieces[p], state, true, false);
+  });
+}
+
 /// Each sequence and head from its initial state (zeros without one) to its
 /// final state: the recurrent scan (the step, token by token), the pairwise
 /// chunkwise algorithm for an erase under a value-side decay, or the
-/// chunkwise algorithm by matrix products (chunk.h) on a run of heads.
+/// chunkwise algorithm by matrix products (chunk.h) on a run of heads, its
+/// sequences cut into pieces where workers would otherwise idle.
 template <typename Layer> int forward(const linac_cpu_forward_args &args) {
   constexpr int K = Layer::K, V = Layer::V;
   constexpr bool N = Layer::kNormalizer;
   using HeadState = State<K, V, N>;
+  constexpr bool kByProducts =
+      !Layer::kRecurrent && !(Layer::kValueDecay && Layer::kErase);
+  if constexpr (kByProducts) {
+    const std::vector<SequencePiece> pieces = cutSequences(
+        args.cu_seqlens, args.num_seqs, args.num_heads, args.threads,
+        Layer::kChunkSize, Layer::kErase, args.segment_tokens);
+    if (!pieces.empty()) {
+      piecewiseForward<Layer>(args, pieces);
+      return 0;
+    }
+  }
   auto stateOffset = [&](int64_t seq, int64_t head) {
     return size_t(seq * args.num_heads + head) * HeadState::kSize;
   };
@@ -401,11 +504,11 @@ template <typename Layer> int forward(const linac_cpu_forward_args &args) {
           else if constexpr (Layer::kValueDecay && Layer::kErase)
             pairwiseChunkSequence<Layer>(args, seq, head, state);
         }
-        if constexpr (!Layer::kRecurrent &&
-                      !(Layer::kValueDecay && Layer::kErase))
+        if constexpr (kByProducts)
           chunkHeadsByProducts<Layer, Token<Layer>, HeadState,
                                Operands<K, V, N>>(
-              args, seq, firstHead, states.data(), int(endHead - firstHead),
+              args, HeadsPass{args.cu_seqlens[seq], args.cu_seqlens[seq + 1]},
+              firstHead, states.data(), int(endHead - firstHead),
               readScale<Layer>(args));
         if (args.final_state)
           for (int64_t head = firstHead; head < endHead; ++head)

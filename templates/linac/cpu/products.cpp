@@ -379,7 +379,7 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
     keyGates(chunk, scratch, gated);
 
   const Operand u(chunk.u, C, U, Eigen::OuterStride<>(chunk.rowStride));
-  Eigen::Map<Matrix> S(state, K, U), reads(out, C, U);
+  Eigen::Map<Matrix> S(state, K, U), reads(out, out ? C : 0, U);
   Matrix &delta = scratch.delta;
   delta = u;
   if (chunk.erase) {
@@ -387,9 +387,11 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
     delta.noalias() -= gated.gatedE * S;
     gated.a.triangularView<Eigen::UnitLower>().solveInPlace(delta);
   }
-  reads.noalias() = gated.gatedQ * S;
+  if (out)
+    reads.noalias() = gated.gatedQ * S;
   if (!chunk.psi) {
-    reads.noalias() += gated.p * delta;
+    if (out)
+      reads.noalias() += gated.p * delta;
     // S <- Gamma_C (.) S + (K (.) Gamma_C / Gamma)^T Delta.
     S.array().colwise() *= gated.decay.transpose();
     S.noalias() += gated.gatedK.transpose() * delta;
@@ -409,27 +411,49 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
     expOfDifferences(psi, mid, 1.0, factors);
     Matrix &weighted = scratch.scaledX, &partial = scratch.scaledY;
     weighted = u.array() / factors;
-    partial.noalias() = gated.p * weighted;
-    if (chunk.readBefore)
-      expOfDifferences(psiQ, mid, 1.0, factors);
-    reads.array().rowwise() *= mid.cast<float>().exp();
-    reads.array() = (reads.array() + partial.array()) * factors;
+    if (out) {
+      partial.noalias() = gated.p * weighted;
+      if (chunk.readBefore)
+        expOfDifferences(psiQ, mid, 1.0, factors);
+      reads.array().rowwise() *= mid.cast<float>().exp();
+      reads.array() = (reads.array() + partial.array()) * factors;
+    }
     weighted.array().rowwise() *= (end - mid).cast<float>().exp();
     S.array().colwise() *= gated.decay.transpose();
     S.array().rowwise() *= end.cast<float>().exp();
     S.noalias() += gated.gatedK.transpose() * weighted;
     return;
   }
-  expOfDifferences(psiQ, LogGateRow::Zero(U), 1.0, factors);
-  reads.array() *= factors;
-  ValueDecayedReads{gated.p,         u,       psi,           psiQ, reads,
-                    factors, scratch.scaledX, scratch.scaledY}
-      .run(C);
+  if (out) {
+    expOfDifferences(psiQ, LogGateRow::Zero(U), 1.0, factors);
+    reads.array() *= factors;
+    ValueDecayedReads{
+        gated.p, u, psi, psiQ, reads, factors, scratch.scaledX, scratch.scaledY}
+        .run(C);
+  }
   expOfDifferences(psi, end, -1.0, factors);
   scratch.scaledX = u.array() * factors;
   S.array().colwise() *= gated.decay.transpose();
   S.array().rowwise() *= end.cast<float>().exp();
   S.noalias() += gated.gatedK.transpose() * scratch.scaledX;
+}
+
+void composePiece(int keys, int columns, const float *transition,
+                  const double *keyLogs, bool uniformGate,
+                  const double *valueLogs, const float *entering,
+                  float *state) {
+  Eigen::Map<Matrix> S(state, keys, columns);
+  const Eigen::Map<const Matrix> S0(entering, keys, columns);
+  if (transition) {
+    S.noalias() += Eigen::Map<const Matrix>(transition, keys, keys) * S0;
+    return;
+  }
+  for (int d = 0; d < keys; ++d) {
+    const double key = std::exp(keyLogs[uniformGate ? 0 : d]);
+    for (int j = 0; j < columns; ++j)
+      S(d, j) +=
+          float(key * (valueLogs ? std::exp(valueLogs[j]) : 1.0)) * S0(d, j);
+  }
 }
 
 } // namespace linac::cpu

@@ -33,9 +33,18 @@ struct Chunk {
   const double *psi, *psiQ;
 };
 
-/// The chunk's reads before the epilogue (`out`, [C, U]) and the state
-/// ([K, U]) carried across it, in place.
+/// The chunk's reads before the epilogue (`out`, [C, U]; null for none)
+/// and the state ([K, U]) carried across it, in place.
 void chunkForward(const Chunk &chunk, float *state, float *out);
+
+/// The state after a piece of a cut sequence, in place of `state` ([K, U]),
+/// the piece's state from zeros: plus the state entering the piece
+/// (`entering`, [K, U]) carried across it, with an erase by its transition
+/// (`transition`, [K, K]), else by its total log-gates (`keyLogs`, one a
+/// key or under a uniform gate one; `valueLogs`, one a column, or null).
+void composePiece(int keys, int columns, const float *transition,
+                  const double *keyLogs, bool uniformGate,
+                  const double *valueLogs, const float *entering, float *state);
 
 /// Where chunkBackward writes the gradients of a chunk's operands: rows of
 /// `rowStride` floats, as Chunk's.

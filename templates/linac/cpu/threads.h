@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include <vector>
+
 namespace linac::cpu {
 
 using HeadsBody = void (*)(void *context, int64_t seq, int64_t firstHead,
@@ -36,6 +38,42 @@ void forEachHeadRun(const int64_t *offsets, int64_t sequences, int64_t heads,
       },
       &body);
 }
+
+using TaskBody = void (*)(void *context, int64_t task);
+
+/// Calls body(context, task) for every task in [0, count) on `threads`
+/// workers (the caller's thread among them), in no fixed order.
+void forEachTask(int64_t count, int32_t threads, TaskBody body, void *context);
+
+/// forEachTask with a callable body(task).
+template <typename Body>
+void forEachTask(int64_t count, int32_t threads, Body body) {
+  forEachTask(
+      count, threads,
+      [](void *context, int64_t task) {
+        (*static_cast<Body *>(context))(task);
+      },
+      &body);
+}
+
+/// A piece of a sequence that a segmented forward runs on its own: whole
+/// chunks from the sequence's start, the last piece taking the rest.
+struct SequencePiece {
+  int64_t seq, begin, end; ///< tokens [begin, end) of sequence seq
+  int32_t index;           ///< within its sequence, from 0
+  bool last;               ///< its sequence's last piece
+};
+
+/// How a forward over `threads` workers cuts its sequences (`offsets`,
+/// sequences + 1 of them) into pieces of whole chunks of `chunkSize`:
+/// `segmentTokens` > 0 into pieces of that many tokens rounded up to whole
+/// chunks, -1 never, 0 when fewer (sequence, head) pairs than workers
+/// leave workers idle and pieces gain (`erase`: each middle piece then
+/// runs twice as long, for its transition). Empty when no sequence is cut.
+std::vector<SequencePiece> cutSequences(const int64_t *offsets,
+                                        int64_t sequences, int64_t heads,
+                                        int32_t threads, int chunkSize,
+                                        bool erase, int64_t segmentTokens);
 
 } // namespace linac::cpu
 

@@ -1,12 +1,13 @@
 //===- chunk_backward_test.cpp - chunkBackward against the reference ------===//
 //
-// The backward of the CPU's chunk products (chunkBackward) without an
-// erase, driven over a varlen batch chunk by chunk (the forward saving each
-// chunk's entering state, then the chunks in reverse), against the fp64
-// reference's gradients (reference::gradients) of L = <dO, output> +
-// <dS, final state>: linear attention, whose prologue passes q, k and v
-// through, and a scalar and a key-vector gate min(a, 0) of an input, whose
-// gradient is the log-gate's where a < 0.
+// The backward of the CPU's chunk products (chunkBackward), driven over a
+// varlen batch chunk by chunk (the forward saving each chunk's entering
+// state, then the chunks in reverse), against the fp64 reference's
+// gradients (reference::gradients) of L = <dO, output> + <dS, final
+// state>: linear attention, whose prologue passes q, k and v through; a
+// scalar and a key-vector gate min(a, 0) of an input, whose gradient is the
+// log-gate's where a < 0; and the delta rule's erase with a key-vector
+// strength b of an input (e = b (.) k) under the scalar gate.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,13 +34,17 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
                                     Dims dims,
                                     const std::vector<double> &dOutput,
                                     const std::vector<double> &dFinal) {
-  const int K = dims.k, V = dims.v, R = 2 * K + V;
+  // A token's record: q, k, u and e.
+  const int K = dims.k, V = dims.v, R = 3 * K + V;
   const int64_t H = problem.numHeads;
-  // The gate input a (a fourth): a scalar or a key vector, else none.
+  // Inputs q, k and v, then an erase's strength b and the gate input a, or
+  // a alone, or neither.
+  const bool erase = problem.inputs.size() == 5;
+  const int gateInput = int(problem.inputs.size()) - 1;
   const int gate =
-      problem.inputs.size() == 4
-          ? int(problem.inputs[3].values.size() /
-                (problem.cuSeqlens.back() * problem.inputs[3].heads))
+      problem.inputs.size() > 3
+          ? int(problem.inputs[gateInput].values.size() /
+                (problem.cuSeqlens.back() * problem.inputs[gateInput].heads))
           : 0;
   const int G = std::max(gate, 1);
   const float scale = 1.0f / std::sqrt(float(K));
@@ -66,14 +71,14 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
         return linac::cpu::Chunk{kChunk,
                                  K,
                                  V,
-                                 false,
+                                 erase,
                                  false,
                                  G == 1,
                                  scale,
                                  R,
                                  records[c].data(),
                                  records[c].data() + K,
-                                 records[c].data(),
+                                 records[c].data() + 2 * K + V,
                                  records[c].data() + 2 * K,
                                  lams[c].data(),
                                  lams[c].data(),
@@ -94,9 +99,15 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
                   problem.inputs[i].values.data() + at(i, token, h, size);
               std::copy(row, row + size, records[c].begin() + t * R + i * K);
             }
+            for (int d = 0; erase && d < K; ++d)
+              records[c][t * R + 2 * K + V + d] =
+                  problem.inputs[3].values[at(3, token, h, K) + d] *
+                  records[c][t * R + K + d];
             for (int d = 0; d < gate; ++d)
-              lam[d] += floorLogGate(std::min(
-                  problem.inputs[3].values[at(3, token, h, gate) + d], 0.0f));
+              lam[d] += floorLogGate(
+                  std::min(problem.inputs[gateInput]
+                               .values[at(gateInput, token, h, gate) + d],
+                           0.0f));
           }
           std::copy(lam.begin(), lam.end(), lams[c].begin() + t * G);
         }
@@ -114,10 +125,10 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
             dO[t * V + j] =
                 token < end ? float(dOutput[(token * H + h) * V + j]) : 0.0f;
         }
-        linac::cpu::chunkBackward(chunkOf(c), entering[c].data(), dO.data(),
-                                  dState.data(),
-                                  {R, grads.data(), grads.data() + K,
-                                   grads.data() + 2 * K, dGate.data()});
+        linac::cpu::chunkBackward(
+            chunkOf(c), entering[c].data(), dO.data(), dState.data(),
+            {R, grads.data(), grads.data() + K, grads.data() + 2 * K + V,
+             grads.data() + 2 * K, dGate.data()});
         for (int t = 0; t < kChunk; ++t) {
           const int64_t token = begin + c * kChunk + t;
           if (token >= end)
@@ -128,9 +139,19 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
               out.inputs[i][at(i, token, h, size) + d] +=
                   grads[t * R + i * K + d];
           }
+          // e = b (.) k: its gradient goes to both.
+          for (int d = 0; erase && d < K; ++d) {
+            const float de = grads[t * R + 2 * K + V + d];
+            out.inputs[1][at(1, token, h, K) + d] +=
+                problem.inputs[3].values[at(3, token, h, K) + d] * de;
+            out.inputs[3][at(3, token, h, K) + d] +=
+                records[c][t * R + K + d] * de;
+          }
           for (int d = 0; d < gate; ++d)
-            if (problem.inputs[3].values[at(3, token, h, gate) + d] < 0.0f)
-              out.inputs[3][at(3, token, h, gate) + d] += dGate[t * G + d];
+            if (problem.inputs[gateInput]
+                    .values[at(gateInput, token, h, gate) + d] < 0.0f)
+              out.inputs[gateInput][at(gateInput, token, h, gate) + d] +=
+                  dGate[t * G + d];
         }
       }
       std::copy(dState.begin(), dState.end(),
@@ -171,6 +192,23 @@ linac.layer @scalar_gate_input(%S : !state)
 }
 )";
 
+const char *kEraseSpec = R"(
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+
+linac.layer @erase_input(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %b : !key, %a : f32) {
+  %zero = arith.constant 0.0 : f32
+  %g = arith.minimumf %a, %zero : f32
+  %S1 = linac.decay %S key(%g : f32) : !state
+  %S2 = linac.erase %S1, %k strength(%b : !key) : !state, !key
+  %S3 = linac.write %S2, %k, %v : !state, !key, !value
+  %o = linac.read %S3, %q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
+}
+)";
+
 class ChunkBackward
     : public testing::TestWithParam<std::tuple<const char *, GateRange>> {};
 
@@ -179,7 +217,8 @@ TEST_P(ChunkBackward, MatchesReferenceGradients) {
   const fs::path work = fs::path(testing::TempDir()) / "linac_chunk_backward";
   fs::path spec = std::get<0>(GetParam());
   for (auto [name, text] : {std::pair{"scalar_gate_input", kScalarGateSpec},
-                            std::pair{"key_gate_input", kKeyGateSpec}})
+                            std::pair{"key_gate_input", kKeyGateSpec},
+                            std::pair{"erase_input", kEraseSpec}})
     if (spec == name) {
       fs::create_directories(work);
       spec = work / (std::string(name) + ".mlir");
@@ -195,7 +234,16 @@ TEST_P(ChunkBackward, MatchesReferenceGradients) {
   // Moderate gates, or log-gates down to -20 a token (a chunk's fall to
   // -1280: factors far below fp32's smallest).
   c.gates = std::get<1>(GetParam());
-  const reference::Problem problem = makeProblem(*package, dims, c).reference;
+  reference::Problem problem = makeProblem(*package, dims, c).reference;
+  if (problem.inputs.size() == 5) {
+    // Keys of norm about 1 and strengths in [0, 1]: each erase keeps the
+    // state's scale, as a trained layer's normalised keys and sigmoid
+    // strengths do.
+    for (float &x : problem.inputs[1].values)
+      x *= 0.25f;
+    for (float &x : problem.inputs[3].values)
+      x = std::min(std::fabs(x), 1.0f);
+  }
   std::mt19937 rng(std::random_device{}());
   const Seeds seeds = normalSeeds(reference::run(problem), rng);
   const reference::Gradients want =
@@ -217,7 +265,8 @@ INSTANTIATE_TEST_SUITE_P(
     Layers, ChunkBackward,
     testing::Combine(testing::Values(LINAC_EXAMPLES_DIR
                                      "/linear_attention.mlir",
-                                     "scalar_gate_input", "key_gate_input"),
+                                     "scalar_gate_input", "key_gate_input",
+                                     "erase_input"),
                      testing::Values(GateRange::Moderate, GateRange::Strong)));
 
 } // namespace

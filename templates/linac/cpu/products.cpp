@@ -462,14 +462,16 @@ namespace linac::cpu {
 
 void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
                    float *dState, const ChunkGradients &out) {
-  assert(!chunk.erase && !chunk.readBefore && !chunk.psi &&
-         "no erase, value-side decay or read before the write");
+  assert(!chunk.readBefore && !chunk.psi &&
+         (!chunk.erase || chunk.uniformGate) &&
+         "no value-side decay or read before the write; an erase under a "
+         "uniform gate");
   FlushSubnormals flush;
   const int C = chunk.rows, K = chunk.keys, U = chunk.columns;
   const int G = chunk.uniformGate ? 1 : K;
   const Eigen::OuterStride<> stride(chunk.rowStride);
   const Operand q(chunk.q, C, K, stride), k(chunk.k, C, K, stride),
-      u(chunk.u, C, U, stride);
+      e(chunk.e, C, K, stride), u(chunk.u, C, U, stride);
   const Eigen::Map<const Matrix> S0(state, K, U), dO(dOut, C, U);
   Eigen::Map<Matrix> dS(dState, K, U);
   using Gradient = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
@@ -493,9 +495,25 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
       key(t, d) = float(end(g) - lam(t, g));
     }
   }
-  query = query.exp() * chunk.scale;
+  const Factors gamma = query.exp();
+  query = gamma * chunk.scale;
   key = key.exp();
   const Matrix keyRows = key * k.array();
+
+  // With an erase the writes are the residuals Delta of the forward's
+  // solve, (I + A) Delta = U - (Gamma (.) E) S0, A_ts = e_t . k_s F_ts for
+  // s < t: recomputed here, as is A.
+  Matrix delta = u, erasePairs;
+  if (chunk.erase) {
+    Factors pairs(C, C);
+    for (int t = 0; t < C; ++t)
+      for (int s = 0; s < C; ++s)
+        pairs(t, s) = s < t ? float(lam(t, 0) - lam(s, 0)) : -INFINITY;
+    erasePairs = e * k.transpose();
+    erasePairs.array() *= pairs.exp();
+    delta.noalias() -= (gamma * e.array()).matrix() * S0;
+    erasePairs.triangularView<Eigen::UnitLower>().solveInPlace(delta);
+  }
 
   // The pairs s <= t: G = dO U^T and A = Q K^T with each pair's factor
   // F_ts = e^(lambda_t - lambda_s) and the read's scale. Under a uniform
@@ -503,7 +521,7 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   // of each pair, pair by pair. A pair's term A_ts G_ts of the gates'
   // gradient (below) counts for the tokens between s and t: `leaving` sums
   // a row's before the diagonal, `joining` a column's after it.
-  const Matrix reads = dO * u.transpose();
+  const Matrix reads = dO * delta.transpose();
   Factors leavingPairs = Factors::Zero(C, G),
           joiningPairs = Factors::Zero(C, G);
   if (G == 1) {
@@ -547,7 +565,7 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   Matrix readsOfState = dO * S0.transpose();
   Factors stateReads = query * readsOfState.array();
   dq.array() += stateReads;
-  Matrix update = u * dS.transpose();
+  Matrix update = delta * dS.transpose();
   Factors updates = key * update.array();
   dk.array() += updates;
   du.noalias() += keyRows * dS;
@@ -562,8 +580,34 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
       return RowFactors::Constant(1, x.row(t).sum());
     return x.row(t);
   };
-  const Factors readTerms = q.array() * stateReads,
-                writeTerms = k.array() * updates;
+  Factors readTerms = q.array() * stateReads;
+  const Factors writeTerms = k.array() * updates;
+  // Through the solve: du holds dDelta; dR = (I + A)^-T dDelta is du, A's
+  // gradient -dR Delta^T on s < t, and the erase's read of S0,
+  // R = U - (Gamma (.) E) S0, gives E its gradient and S0 its term.
+  Matrix dR;
+  if (chunk.erase) {
+    Gradient de(out.de, C, K, gradientStride);
+    dR = du;
+    erasePairs.triangularView<Eigen::UnitLower>().transpose().solveInPlace(dR);
+    du = dR;
+    Matrix dPairs = -(dR * delta.transpose());
+    const Factors terms = erasePairs.array() * dPairs.array();
+    leavingPairs.col(0) += terms.rowwise().sum();
+    joiningPairs.col(0) += terms.colwise().sum().transpose();
+    // erasePairs is A below the diagonal; its factors F_ts are A_ts / (e_t .
+    // k_s), so the pairs' gradients take them from the log-gates again.
+    Factors factors(C, C);
+    for (int t = 0; t < C; ++t)
+      for (int s = 0; s < C; ++s)
+        factors(t, s) = s < t ? float(lam(t, 0) - lam(s, 0)) : -INFINITY;
+    dPairs.array() *= factors.exp();
+    de.noalias() = dPairs * k;
+    dk.noalias() += dPairs.transpose() * e;
+    const Factors eraseReads = gamma * (-(dR * S0.transpose())).array();
+    de.array() += eraseReads;
+    readTerms += e.array() * eraseReads;
+  }
   RowFactors later = RowFactors::Zero(G);
   for (int t = C - 1; t >= 0; --t) {
     later += channels(readTerms, t);
@@ -586,10 +630,12 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     straddling += joiningPairs.row(t) - leavingPairs.row(t);
   }
 
-  // dS0 = Gamma_C (.) dS + (scale Gamma (.) Q)^T dO.
+  // dS0 = Gamma_C (.) dS + (scale Gamma (.) Q)^T dO - (Gamma (.) E)^T dR.
   const Matrix gatedQ = query * q.array();
   dS = decay.matrix().asDiagonal() * dS;
   dS.noalias() += gatedQ.transpose() * dO;
+  if (chunk.erase)
+    dS.noalias() -= (gamma * e.array()).matrix().transpose() * dR;
 }
 
 } // namespace linac::cpu

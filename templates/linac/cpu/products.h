@@ -51,14 +51,16 @@ void composePiece(int keys, int columns, const float *transition,
 struct ChunkGradients {
   int rowStride;
   float *dq, *dk; ///< [C, K]
+  float *de;      ///< [C, K], with an erase
   float *du;      ///< [C, U]
   /// As Chunk::lam ([C] under a uniform gate, else [C, K]): the gradient
   /// with respect to each token's own log-gates (as summed into lam).
   double *dGate;
 };
 
-/// The backward of chunkForward for a chunk under a key-side gate or none,
-/// without an erase or a value-side decay, reading after the write: from the
+/// The backward of chunkForward for a chunk under a key-side gate or none
+/// (with an erase, a uniform one), without a value-side decay, reading after
+/// the write: from the
 /// state entering the chunk (`state`, [K, U]), the gradient of the loss with
 /// respect to the chunk's reads (`dOut`, [C, U]) and to the state leaving it
 /// (`dState`, [K, U]), the gradients of the chunk's operands into `out`; dState

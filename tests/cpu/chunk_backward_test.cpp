@@ -7,7 +7,7 @@
 // state>: linear attention, whose prologue passes q, k and v through; a
 // scalar and a key-vector gate min(a, 0) of an input, whose gradient is the
 // log-gate's where a < 0; and the delta rule's erase with a key-vector
-// strength b of an input (e = b (.) k) under the scalar gate.
+// strength b of an input (e = b (.) k) under either gate.
 //
 //===----------------------------------------------------------------------===//
 
@@ -209,6 +209,23 @@ linac.layer @erase_input(%S : !state)
 }
 )";
 
+const char *kKeyGateEraseSpec = R"(
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+
+linac.layer @key_gate_erase_input(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %b : !key, %a : !key) {
+  %zero = arith.constant dense<0.0> : !key
+  %g = arith.minimumf %a, %zero : !key
+  %S1 = linac.decay %S key(%g : !key) : !state
+  %S2 = linac.erase %S1, %k strength(%b : !key) : !state, !key
+  %S3 = linac.write %S2, %k, %v : !state, !key, !value
+  %o = linac.read %S3, %q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
+}
+)";
+
 class ChunkBackward
     : public testing::TestWithParam<std::tuple<const char *, GateRange>> {};
 
@@ -216,9 +233,11 @@ TEST_P(ChunkBackward, MatchesReferenceGradients) {
   const Dims dims{16, 16};
   const fs::path work = fs::path(testing::TempDir()) / "linac_chunk_backward";
   fs::path spec = std::get<0>(GetParam());
-  for (auto [name, text] : {std::pair{"scalar_gate_input", kScalarGateSpec},
-                            std::pair{"key_gate_input", kKeyGateSpec},
-                            std::pair{"erase_input", kEraseSpec}})
+  for (auto [name, text] :
+       {std::pair{"scalar_gate_input", kScalarGateSpec},
+        std::pair{"key_gate_input", kKeyGateSpec},
+        std::pair{"erase_input", kEraseSpec},
+        std::pair{"key_gate_erase_input", kKeyGateEraseSpec}})
     if (spec == name) {
       fs::create_directories(work);
       spec = work / (std::string(name) + ".mlir");
@@ -266,7 +285,7 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::Values(LINAC_EXAMPLES_DIR
                                      "/linear_attention.mlir",
                                      "scalar_gate_input", "key_gate_input",
-                                     "erase_input"),
+                                     "erase_input", "key_gate_erase_input"),
                      testing::Values(GateRange::Moderate, GateRange::Strong)));
 
 } // namespace

@@ -463,9 +463,7 @@ namespace linac::cpu {
 void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
                    float *dState, const ChunkGradients &out) {
   assert(!chunk.readBefore && !chunk.psi &&
-         (!chunk.erase || chunk.uniformGate) &&
-         "no value-side decay or read before the write; an erase under a "
-         "uniform gate");
+         "no value-side decay or read before the write");
   FlushSubnormals flush;
   const int C = chunk.rows, K = chunk.keys, U = chunk.columns;
   const int G = chunk.uniformGate ? 1 : K;
@@ -503,14 +501,32 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   // With an erase the writes are the residuals Delta of the forward's
   // solve, (I + A) Delta = U - (Gamma (.) E) S0, A_ts = e_t . k_s F_ts for
   // s < t: recomputed here, as is A.
+  // A pair's factors under a key-vector gate, one a channel; under a
+  // uniform gate the erase's pairs' factors F_ts on s < t as one array.
+  auto pairFactors = [&](int t, int s) -> RowFactors {
+    RowFactors pair(K);
+    for (int d = 0; d < K; ++d)
+      pair(d) = float(lam(t, d) - lam(s, d));
+    return pair.exp();
+  };
+  Factors uniformPairs;
   Matrix delta = u, erasePairs;
   if (chunk.erase) {
-    Factors pairs(C, C);
-    for (int t = 0; t < C; ++t)
-      for (int s = 0; s < C; ++s)
-        pairs(t, s) = s < t ? float(lam(t, 0) - lam(s, 0)) : -INFINITY;
-    erasePairs = e * k.transpose();
-    erasePairs.array() *= pairs.exp();
+    if (G == 1) {
+      uniformPairs.resize(C, C);
+      for (int t = 0; t < C; ++t)
+        for (int s = 0; s < C; ++s)
+          uniformPairs(t, s) = s < t ? float(lam(t, 0) - lam(s, 0)) : -INFINITY;
+      uniformPairs = uniformPairs.exp();
+      erasePairs = e * k.transpose();
+      erasePairs.array() *= uniformPairs;
+    } else {
+      erasePairs = Matrix::Zero(C, C);
+      for (int t = 0; t < C; ++t)
+        for (int s = 0; s < t; ++s)
+          erasePairs(t, s) =
+              (e.row(t).array() * k.row(s).array() * pairFactors(t, s)).sum();
+    }
     delta.noalias() -= (gamma * e.array()).matrix() * S0;
     erasePairs.triangularView<Eigen::UnitLower>().solveInPlace(delta);
   }
@@ -592,18 +608,26 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     erasePairs.triangularView<Eigen::UnitLower>().transpose().solveInPlace(dR);
     du = dR;
     Matrix dPairs = -(dR * delta.transpose());
-    const Factors terms = erasePairs.array() * dPairs.array();
-    leavingPairs.col(0) += terms.rowwise().sum();
-    joiningPairs.col(0) += terms.colwise().sum().transpose();
-    // erasePairs is A below the diagonal; its factors F_ts are A_ts / (e_t .
-    // k_s), so the pairs' gradients take them from the log-gates again.
-    Factors factors(C, C);
-    for (int t = 0; t < C; ++t)
-      for (int s = 0; s < C; ++s)
-        factors(t, s) = s < t ? float(lam(t, 0) - lam(s, 0)) : -INFINITY;
-    dPairs.array() *= factors.exp();
-    de.noalias() = dPairs * k;
-    dk.noalias() += dPairs.transpose() * e;
+    if (G == 1) {
+      const Factors terms = erasePairs.array() * dPairs.array();
+      leavingPairs.col(0) += terms.rowwise().sum();
+      joiningPairs.col(0) += terms.colwise().sum().transpose();
+      dPairs.array() *= uniformPairs;
+      de.noalias() = dPairs * k;
+      dk.noalias() += dPairs.transpose() * e;
+    } else {
+      de.setZero();
+      for (int t = 0; t < C; ++t)
+        for (int s = 0; s < t; ++s) {
+          const RowFactors pair = pairFactors(t, s);
+          const float g = dPairs(t, s);
+          const RowFactors term = e.row(t).array() * k.row(s).array() * pair;
+          de.row(t).array() += g * pair * k.row(s).array();
+          dk.row(s).array() += g * pair * e.row(t).array();
+          leavingPairs.row(t) += term * g;
+          joiningPairs.row(s) += term * g;
+        }
+    }
     const Factors eraseReads = gamma * (-(dR * S0.transpose())).array();
     de.array() += eraseReads;
     readTerms += e.array() * eraseReads;

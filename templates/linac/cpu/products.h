@@ -58,9 +58,8 @@ struct ChunkGradients {
   double *dGate;
 };
 
-/// The backward of chunkForward for a chunk under a key-side gate or none
-/// (with an erase, a uniform one), without a value-side decay, reading after
-/// the write: from the
+/// The backward of chunkForward for a chunk under a key-side gate or none,
+/// without a value-side decay, reading after the write: from the
 /// state entering the chunk (`state`, [K, U]), the gradient of the loss with
 /// respect to the chunk's reads (`dOut`, [C, U]) and to the state leaving it
 /// (`dState`, [K, U]), the gradients of the chunk's operands into `out`; dState

@@ -6,8 +6,9 @@
 // gradients (reference::gradients) of L = <dO, output> + <dS, final
 // state>: linear attention, whose prologue passes q, k and v through; a
 // scalar and a key-vector gate min(a, 0) of an input, whose gradient is the
-// log-gate's where a < 0; and the delta rule's erase with a key-vector
-// strength b of an input (e = b (.) k) under either gate.
+// log-gate's where a < 0; the delta rule's erase with a key-vector strength
+// b of an input (e = b (.) k) under either gate; and either gate with the
+// read before the write (RWKV-6's order, without its bonus).
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,7 +32,7 @@ constexpr int kChunk = 64;
 
 /// The gradients chunkBackward gives, laid out as reference::Gradients.
 reference::Gradients chunkGradients(const reference::Problem &problem,
-                                    Dims dims,
+                                    Dims dims, bool readBefore,
                                     const std::vector<double> &dOutput,
                                     const std::vector<double> &dFinal) {
   // A token's record: q, k, u and e.
@@ -66,13 +67,14 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
                      problem.initialState.begin() + stateAt + K * V);
       const int64_t chunks = (end - begin + kChunk - 1) / kChunk;
       std::vector<std::vector<float>> records(chunks), entering(chunks);
-      std::vector<std::vector<double>> lams(chunks);
+      // Each token's cumulative log-gates, and the ones its query sees.
+      std::vector<std::vector<double>> lams(chunks), lamQs(chunks);
       auto chunkOf = [&](int64_t c) {
         return linac::cpu::Chunk{kChunk,
                                  K,
                                  V,
                                  erase,
-                                 false,
+                                 readBefore,
                                  G == 1,
                                  scale,
                                  R,
@@ -81,7 +83,7 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
                                  records[c].data() + 2 * K + V,
                                  records[c].data() + 2 * K,
                                  lams[c].data(),
-                                 lams[c].data(),
+                                 lamQs[c].data(),
                                  nullptr,
                                  nullptr};
       };
@@ -89,8 +91,11 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
       for (int64_t c = 0; c < chunks; ++c) {
         records[c].assign(kChunk * R, 0.0f);
         lams[c].assign(kChunk * G, 0.0);
+        lamQs[c].assign(kChunk * G, 0.0);
         std::vector<double> lam(G, 0.0);
         for (int t = 0; t < kChunk; ++t) {
+          if (readBefore)
+            std::copy(lam.begin(), lam.end(), lamQs[c].begin() + t * G);
           const int64_t token = begin + c * kChunk + t;
           if (token < end) {
             for (int i = 0; i < 3; ++i) {
@@ -110,6 +115,8 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
                            0.0f));
           }
           std::copy(lam.begin(), lam.end(), lams[c].begin() + t * G);
+          if (!readBefore)
+            std::copy(lam.begin(), lam.end(), lamQs[c].begin() + t * G);
         }
         entering[c] = state;
         linac::cpu::chunkForward(chunkOf(c), state.data(), reads.data());
@@ -226,6 +233,38 @@ linac.layer @key_gate_erase_input(%S : !state)
 }
 )";
 
+const char *kReadBeforeSpec = R"(
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+
+linac.layer @read_before_key_gate(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %a : !key) {
+  %o = linac.read %S, %q : !state, !key -> !value
+  %zero = arith.constant dense<0.0> : !key
+  %g = arith.minimumf %a, %zero : !key
+  %S1 = linac.decay %S key(%g : !key) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  linac.yield %S2, %o : !state, !value
+}
+)";
+
+const char *kReadBeforeScalarSpec = R"(
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+
+linac.layer @read_before_scalar_gate(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %a : f32) {
+  %o = linac.read %S, %q : !state, !key -> !value
+  %zero = arith.constant 0.0 : f32
+  %g = arith.minimumf %a, %zero : f32
+  %S1 = linac.decay %S key(%g : f32) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  linac.yield %S2, %o : !state, !value
+}
+)";
+
 class ChunkBackward
     : public testing::TestWithParam<std::tuple<const char *, GateRange>> {};
 
@@ -237,7 +276,9 @@ TEST_P(ChunkBackward, MatchesReferenceGradients) {
        {std::pair{"scalar_gate_input", kScalarGateSpec},
         std::pair{"key_gate_input", kKeyGateSpec},
         std::pair{"erase_input", kEraseSpec},
-        std::pair{"key_gate_erase_input", kKeyGateEraseSpec}})
+        std::pair{"key_gate_erase_input", kKeyGateEraseSpec},
+        std::pair{"read_before_key_gate", kReadBeforeSpec},
+        std::pair{"read_before_scalar_gate", kReadBeforeScalarSpec}})
     if (spec == name) {
       fs::create_directories(work);
       spec = work / (std::string(name) + ".mlir");
@@ -267,8 +308,9 @@ TEST_P(ChunkBackward, MatchesReferenceGradients) {
   const Seeds seeds = normalSeeds(reference::run(problem), rng);
   const reference::Gradients want =
       reference::gradients(problem, seeds.output, seeds.finalState);
-  const reference::Gradients got =
-      chunkGradients(problem, dims, seeds.output, seeds.finalState);
+  const reference::Gradients got = chunkGradients(
+      problem, dims, spec.stem().string().rfind("read_before", 0) == 0,
+      seeds.output, seeds.finalState);
   ASSERT_EQ(got.inputs.size(), want.inputs.size());
   for (size_t i = 0; i < want.inputs.size(); ++i)
     EXPECT_LT(
@@ -285,7 +327,9 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::Values(LINAC_EXAMPLES_DIR
                                      "/linear_attention.mlir",
                                      "scalar_gate_input", "key_gate_input",
-                                     "erase_input", "key_gate_erase_input"),
+                                     "erase_input", "key_gate_erase_input",
+                                     "read_before_key_gate",
+                                     "read_before_scalar_gate"),
                      testing::Values(GateRange::Moderate, GateRange::Strong)));
 
 } // namespace

@@ -462,8 +462,7 @@ namespace linac::cpu {
 
 void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
                    float *dState, const ChunkGradients &out) {
-  assert(!chunk.readBefore && !chunk.psi &&
-         "no value-side decay or read before the write");
+  assert(!chunk.psi && "no value-side decay");
   FlushSubnormals flush;
   const int C = chunk.rows, K = chunk.keys, U = chunk.columns;
   const int G = chunk.uniformGate ? 1 : K;
@@ -481,20 +480,22 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   // uniform gate): the query's factor Gamma_t, the key's Gamma_C / Gamma_s
   // and the decay Gamma_C, each channel's. Every exponent is a fall, at
   // most 0.
-  const ConstLogGates lam(chunk.lam, C, G);
+  // Reading before the write, token t's query sees lamQ_t = lambda_(t-1).
+  const ConstLogGates lam(chunk.lam, C, G), lamQ(chunk.lamQ, C, G);
   const LogGateRow end = lam.row(C - 1);
-  Factors query(C, K), key(C, K);
+  Factors gamma(C, K), query(C, K), key(C, K);
   RowFactors decay(K);
   for (int d = 0; d < K; ++d) {
     const int g = G == 1 ? 0 : d;
     decay(d) = std::exp(float(end(g)));
     for (int t = 0; t < C; ++t) {
-      query(t, d) = float(lam(t, g));
+      gamma(t, d) = float(lam(t, g));
+      query(t, d) = float(lamQ(t, g));
       key(t, d) = float(end(g) - lam(t, g));
     }
   }
-  const Factors gamma = query.exp();
-  query = gamma * chunk.scale;
+  gamma = gamma.exp();
+  query = query.exp() * chunk.scale;
   key = key.exp();
   const Matrix keyRows = key * k.array();
 
@@ -531,8 +532,9 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     erasePairs.triangularView<Eigen::UnitLower>().solveInPlace(delta);
   }
 
-  // The pairs s <= t: G = dO U^T and A = Q K^T with each pair's factor
-  // F_ts = e^(lambda_t - lambda_s) and the read's scale. Under a uniform
+  // The pairs s <= t (s < t reading before the write): G = dO U^T and
+  // A = Q K^T with each pair's factor F_ts = e^(lamQ_t - lambda_s) and the
+  // read's scale. Under a uniform
   // gate F is one C x C array on products; otherwise each channel's factor
   // of each pair, pair by pair. A pair's term A_ts G_ts of the gates'
   // gradient (below) counts for the tokens between s and t: `leaving` sums
@@ -544,7 +546,9 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     Factors pairs(C, C);
     for (int t = 0; t < C; ++t)
       for (int s = 0; s < C; ++s)
-        pairs(t, s) = s <= t ? float(lam(t, 0) - lam(s, 0)) : -INFINITY;
+        pairs(t, s) = s < t || (s == t && !chunk.readBefore)
+                          ? float(lamQ(t, 0) - lam(s, 0))
+                          : -INFINITY;
     pairs = pairs.exp() * chunk.scale;
     Matrix a = q * k.transpose();
     a.array() *= pairs;
@@ -563,9 +567,9 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     du.setZero();
     RowFactors pair(K);
     for (int t = 0; t < C; ++t)
-      for (int s = 0; s <= t; ++s) {
+      for (int s = 0; s < t || (s == t && !chunk.readBefore); ++s) {
         for (int d = 0; d < K; ++d)
-          pair(d) = float(lam(t, d) - lam(s, d));
+          pair(d) = float(lamQ(t, d) - lam(s, d));
         pair = pair.exp() * chunk.scale;
         const RowFactors term = q.row(t).array() * k.row(s).array() * pair;
         dq.row(t).array() += reads(t, s) * pair * k.row(s).array();
@@ -577,6 +581,8 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
         }
       }
   }
+  // Reading before the write, a query's pairs stop short of its own gate.
+  const Factors queryPairsLeaving = leavingPairs;
   // The state's terms: the reads of S0, the update's keys.
   Matrix readsOfState = dO * S0.transpose();
   Factors stateReads = query * readsOfState.array();
@@ -588,16 +594,19 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
 
   // Token t's log-gate scales what the state carries past it: every pair
   // s < t <= j, the reads of S0 from t on, the writes before t and S0 into
-  // the state leaving. Summed so, no term enters twice with opposite signs
-  // (as q (.) dq - k (.) dk would add and take away each diagonal pair).
+  // the state leaving (reading before the write, a query's pairs s < t < j
+  // and its reads of S0 after t). Summed so, no term enters twice with
+  // opposite signs (as q (.) dq - k (.) dk would add and take away each
+  // diagonal pair).
   Factors readsFrom(C, G), writesBefore(C, G);
   auto channels = [&](const Factors &x, int t) -> RowFactors {
     if (G == 1)
       return RowFactors::Constant(1, x.row(t).sum());
     return x.row(t);
   };
-  Factors readTerms = q.array() * stateReads;
-  const Factors writeTerms = k.array() * updates;
+  const Factors queryReads = q.array() * stateReads,
+                writeTerms = k.array() * updates;
+  Factors eraseReadTerms = Factors::Zero(C, K);
   // Through the solve: du holds dDelta; dR = (I + A)^-T dDelta is du, A's
   // gradient -dR Delta^T on s < t, and the erase's read of S0,
   // R = U - (Gamma (.) E) S0, gives E its gradient and S0 its term.
@@ -630,12 +639,17 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     }
     const Factors eraseReads = gamma * (-(dR * S0.transpose())).array();
     de.array() += eraseReads;
-    readTerms += e.array() * eraseReads;
+    eraseReadTerms = e.array() * eraseReads;
   }
-  RowFactors later = RowFactors::Zero(G);
+  RowFactors queriesLater = RowFactors::Zero(G),
+             erasesLater = RowFactors::Zero(G);
   for (int t = C - 1; t >= 0; --t) {
-    later += channels(readTerms, t);
-    readsFrom.row(t) = later;
+    erasesLater += channels(eraseReadTerms, t);
+    if (!chunk.readBefore)
+      queriesLater += channels(queryReads, t);
+    readsFrom.row(t) = queriesLater + erasesLater;
+    if (chunk.readBefore)
+      queriesLater += channels(queryReads, t);
   }
   RowFactors earlier = RowFactors::Zero(G), straddling = RowFactors::Zero(G);
   for (int t = 0; t < C; ++t) {
@@ -647,8 +661,10 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   const RowFactors kept = G == 1 ? RowFactors::Constant(1, carried.sum())
                                  : RowFactors(carried.transpose());
   for (int t = 0; t < C; ++t) {
-    const RowFactors total =
+    RowFactors total =
         straddling + readsFrom.row(t) + writesBefore.row(t) + kept;
+    if (chunk.readBefore)
+      total -= queryPairsLeaving.row(t);
     for (int d = 0; d < G; ++d)
       out.dGate[t * G + d] = double(total(d));
     straddling += joiningPairs.row(t) - leavingPairs.row(t);

@@ -59,7 +59,7 @@ struct ChunkGradients {
 };
 
 /// The backward of chunkForward for a chunk under a key-side gate or none,
-/// without a value-side decay, reading after the write: from the
+/// without a value-side decay: from the
 /// state entering the chunk (`state`, [K, U]), the gradient of the loss with
 /// respect to the chunk's reads (`dOut`, [C, U]) and to the state leaving it
 /// (`dState`, [K, U]), the gradients of the chunk's operands into `out`; dState

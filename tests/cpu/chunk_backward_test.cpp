@@ -4,11 +4,12 @@
 // varlen batch chunk by chunk (the forward saving each chunk's entering
 // state, then the chunks in reverse), against the fp64 reference's
 // gradients (reference::gradients) of L = <dO, output> + <dS, final
-// state>: linear attention, whose prologue passes q, k and v through; a
-// scalar and a key-vector gate min(a, 0) of an input, whose gradient is the
-// log-gate's where a < 0; the delta rule's erase with a key-vector strength
-// b of an input (e = b (.) k) under either gate; and either gate with the
-// read before the write (RWKV-6's order, without its bonus).
+// state>, on layers whose prologue the test can reverse by hand (TestLayer):
+// linear attention; a scalar and a key-vector gate min(a, 0) of an input,
+// whose gradient is the log-gate's where a < 0; the delta rule's erase with
+// a key-vector strength b of an input (e = b (.) k) under either gate; and
+// either gate with the read before the write (RWKV-6's order, without its
+// bonus).
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,20 +31,59 @@ namespace {
 
 constexpr int kChunk = 64;
 
+/// A layer of K = V = 16: inputs q, k and v, then with an erase its
+/// key-vector strength b (e = b (.) k), then the input a of a gate of type
+/// `gate` ("f32", "!key", or none when empty) whose log-gate is min(a, 0);
+/// the read after the transitions or before them.
+struct TestLayer {
+  const char *name, *gate;
+  bool erase, readBefore;
+};
+
+std::string specOf(const TestLayer &layer) {
+  const std::string gate = layer.gate;
+  std::string inputs = "%q : !key, %k : !key, %v : !value", body, state = "%S";
+  if (layer.erase)
+    inputs += ", %b : !key";
+  if (!gate.empty())
+    inputs += ", %a : " + gate;
+  if (layer.readBefore)
+    body += "  %o = linac.read %S, %q : !state, !key -> !value\n";
+  if (!gate.empty()) {
+    body += "  %zero = arith.constant " +
+            std::string(gate == "f32" ? "0.0" : "dense<0.0>") + " : " + gate +
+            "\n  %g = arith.minimumf %a, %zero : " + gate +
+            "\n  %S1 = linac.decay %S key(%g : " + gate + ") : !state\n";
+    state = "%S1";
+  }
+  if (layer.erase) {
+    body += "  %S2 = linac.erase " + state +
+            ", %k strength(%b : !key) : !state, !key\n";
+    state = "%S2";
+  }
+  body += "  %S3 = linac.write " + state + ", %k, %v : !state, !key, !value\n";
+  if (!layer.readBefore)
+    body += "  %o = linac.read %S3, %q : !state, !key -> !value\n";
+  return "!key = tensor<16xf32, #linac.key>\n"
+         "!value = tensor<16xf32, #linac.value>\n"
+         "!state = !linac.state<16x16>\n\n"
+         "linac.layer @" +
+         std::string(layer.name) + "(%S : !state)\n    inputs(" + inputs +
+         ") {\n" + body + "  linac.yield %S3, %o : !state, !value\n}\n";
+}
+
 /// The gradients chunkBackward gives, laid out as reference::Gradients.
 reference::Gradients chunkGradients(const reference::Problem &problem,
-                                    Dims dims, bool readBefore,
+                                    Dims dims, const TestLayer &layer,
                                     const std::vector<double> &dOutput,
                                     const std::vector<double> &dFinal) {
   // A token's record: q, k, u and e.
   const int K = dims.k, V = dims.v, R = 3 * K + V;
   const int64_t H = problem.numHeads;
-  // Inputs q, k and v, then an erase's strength b and the gate input a, or
-  // a alone, or neither.
-  const bool erase = problem.inputs.size() == 5;
+  const bool erase = layer.erase, readBefore = layer.readBefore;
   const int gateInput = int(problem.inputs.size()) - 1;
   const int gate =
-      problem.inputs.size() > 3
+      *layer.gate
           ? int(problem.inputs[gateInput].values.size() /
                 (problem.cuSeqlens.back() * problem.inputs[gateInput].heads))
           : 0;
@@ -167,123 +207,16 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
   return out;
 }
 
-const char *kKeyGateSpec = R"(
-!key = tensor<16xf32, #linac.key>
-!value = tensor<16xf32, #linac.value>
-!state = !linac.state<16x16>
-
-linac.layer @key_gate_input(%S : !state)
-    inputs(%q : !key, %k : !key, %v : !value, %a : !key) {
-  %zero = arith.constant dense<0.0> : !key
-  %g = arith.minimumf %a, %zero : !key
-  %S1 = linac.decay %S key(%g : !key) : !state
-  %S2 = linac.write %S1, %k, %v : !state, !key, !value
-  %o = linac.read %S2, %q : !state, !key -> !value
-  linac.yield %S2, %o : !state, !value
-}
-)";
-
-const char *kScalarGateSpec = R"(
-!key = tensor<16xf32, #linac.key>
-!value = tensor<16xf32, #linac.value>
-!state = !linac.state<16x16>
-
-linac.layer @scalar_gate_input(%S : !state)
-    inputs(%q : !key, %k : !key, %v : !value, %a : f32) {
-  %zero = arith.constant 0.0 : f32
-  %g = arith.minimumf %a, %zero : f32
-  %S1 = linac.decay %S key(%g : f32) : !state
-  %S2 = linac.write %S1, %k, %v : !state, !key, !value
-  %o = linac.read %S2, %q : !state, !key -> !value
-  linac.yield %S2, %o : !state, !value
-}
-)";
-
-const char *kEraseSpec = R"(
-!key = tensor<16xf32, #linac.key>
-!value = tensor<16xf32, #linac.value>
-!state = !linac.state<16x16>
-
-linac.layer @erase_input(%S : !state)
-    inputs(%q : !key, %k : !key, %v : !value, %b : !key, %a : f32) {
-  %zero = arith.constant 0.0 : f32
-  %g = arith.minimumf %a, %zero : f32
-  %S1 = linac.decay %S key(%g : f32) : !state
-  %S2 = linac.erase %S1, %k strength(%b : !key) : !state, !key
-  %S3 = linac.write %S2, %k, %v : !state, !key, !value
-  %o = linac.read %S3, %q : !state, !key -> !value
-  linac.yield %S3, %o : !state, !value
-}
-)";
-
-const char *kKeyGateEraseSpec = R"(
-!key = tensor<16xf32, #linac.key>
-!value = tensor<16xf32, #linac.value>
-!state = !linac.state<16x16>
-
-linac.layer @key_gate_erase_input(%S : !state)
-    inputs(%q : !key, %k : !key, %v : !value, %b : !key, %a : !key) {
-  %zero = arith.constant dense<0.0> : !key
-  %g = arith.minimumf %a, %zero : !key
-  %S1 = linac.decay %S key(%g : !key) : !state
-  %S2 = linac.erase %S1, %k strength(%b : !key) : !state, !key
-  %S3 = linac.write %S2, %k, %v : !state, !key, !value
-  %o = linac.read %S3, %q : !state, !key -> !value
-  linac.yield %S3, %o : !state, !value
-}
-)";
-
-const char *kReadBeforeSpec = R"(
-!key = tensor<16xf32, #linac.key>
-!value = tensor<16xf32, #linac.value>
-!state = !linac.state<16x16>
-
-linac.layer @read_before_key_gate(%S : !state)
-    inputs(%q : !key, %k : !key, %v : !value, %a : !key) {
-  %o = linac.read %S, %q : !state, !key -> !value
-  %zero = arith.constant dense<0.0> : !key
-  %g = arith.minimumf %a, %zero : !key
-  %S1 = linac.decay %S key(%g : !key) : !state
-  %S2 = linac.write %S1, %k, %v : !state, !key, !value
-  linac.yield %S2, %o : !state, !value
-}
-)";
-
-const char *kReadBeforeScalarSpec = R"(
-!key = tensor<16xf32, #linac.key>
-!value = tensor<16xf32, #linac.value>
-!state = !linac.state<16x16>
-
-linac.layer @read_before_scalar_gate(%S : !state)
-    inputs(%q : !key, %k : !key, %v : !value, %a : f32) {
-  %o = linac.read %S, %q : !state, !key -> !value
-  %zero = arith.constant 0.0 : f32
-  %g = arith.minimumf %a, %zero : f32
-  %S1 = linac.decay %S key(%g : f32) : !state
-  %S2 = linac.write %S1, %k, %v : !state, !key, !value
-  linac.yield %S2, %o : !state, !value
-}
-)";
-
 class ChunkBackward
-    : public testing::TestWithParam<std::tuple<const char *, GateRange>> {};
+    : public testing::TestWithParam<std::tuple<TestLayer, GateRange>> {};
 
 TEST_P(ChunkBackward, MatchesReferenceGradients) {
   const Dims dims{16, 16};
   const fs::path work = fs::path(testing::TempDir()) / "linac_chunk_backward";
-  fs::path spec = std::get<0>(GetParam());
-  for (auto [name, text] :
-       {std::pair{"scalar_gate_input", kScalarGateSpec},
-        std::pair{"key_gate_input", kKeyGateSpec},
-        std::pair{"erase_input", kEraseSpec},
-        std::pair{"key_gate_erase_input", kKeyGateEraseSpec},
-        std::pair{"read_before_key_gate", kReadBeforeSpec},
-        std::pair{"read_before_scalar_gate", kReadBeforeScalarSpec}})
-    if (spec == name) {
-      fs::create_directories(work);
-      spec = work / (std::string(name) + ".mlir");
-      std::ofstream(spec) << text;
-    }
+  const TestLayer &layer = std::get<0>(GetParam());
+  fs::create_directories(work);
+  const fs::path spec = work / (std::string(layer.name) + ".mlir");
+  std::ofstream(spec) << specOf(layer);
   auto package = compiled(spec, dims, work);
   Case c;
   c.batch = 1;
@@ -295,7 +228,7 @@ TEST_P(ChunkBackward, MatchesReferenceGradients) {
   // -1280: factors far below fp32's smallest).
   c.gates = std::get<1>(GetParam());
   reference::Problem problem = makeProblem(*package, dims, c).reference;
-  if (problem.inputs.size() == 5) {
+  if (layer.erase) {
     // Keys of norm about 1 and strengths in [0, 1]: each erase keeps the
     // state's scale, as a trained layer's normalised keys and sigmoid
     // strengths do.
@@ -308,9 +241,8 @@ TEST_P(ChunkBackward, MatchesReferenceGradients) {
   const Seeds seeds = normalSeeds(reference::run(problem), rng);
   const reference::Gradients want =
       reference::gradients(problem, seeds.output, seeds.finalState);
-  const reference::Gradients got = chunkGradients(
-      problem, dims, spec.stem().string().rfind("read_before", 0) == 0,
-      seeds.output, seeds.finalState);
+  const reference::Gradients got =
+      chunkGradients(problem, dims, layer, seeds.output, seeds.finalState);
   ASSERT_EQ(got.inputs.size(), want.inputs.size());
   for (size_t i = 0; i < want.inputs.size(); ++i)
     EXPECT_LT(
@@ -324,12 +256,19 @@ TEST_P(ChunkBackward, MatchesReferenceGradients) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layers, ChunkBackward,
-    testing::Combine(testing::Values(LINAC_EXAMPLES_DIR
-                                     "/linear_attention.mlir",
-                                     "scalar_gate_input", "key_gate_input",
-                                     "erase_input", "key_gate_erase_input",
-                                     "read_before_key_gate",
-                                     "read_before_scalar_gate"),
-                     testing::Values(GateRange::Moderate, GateRange::Strong)));
+    testing::Combine(
+        testing::Values(TestLayer{"ungated", "", false, false},
+                        TestLayer{"scalar_gate", "f32", false, false},
+                        TestLayer{"key_gate", "!key", false, false},
+                        TestLayer{"scalar_gate_erase", "f32", true, false},
+                        TestLayer{"key_gate_erase", "!key", true, false},
+                        TestLayer{"read_before_scalar_gate", "f32", false,
+                                  true},
+                        TestLayer{"read_before_key_gate", "!key", false, true}),
+        testing::Values(GateRange::Moderate, GateRange::Strong)),
+    [](const auto &info) {
+      return std::string(std::get<0>(info.param).name) +
+             (std::get<1>(info.param) == GateRange::Strong ? "_strong" : "");
+    });
 
 } // namespace

@@ -447,8 +447,10 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
         fenceSharedForBulkCopies();
         barrierWait(kConsumerGroup + g, 128);
         if (consumerThread % 128 == 0) {
-          tensorStoreRows(args.output_map, 64 * g, head, int(start),
-                          reads + g * Tile);
+          static_assert(LINAC_CUDA_OUTPUT_BOX_COLUMNS == wgmma::kTileColumns,
+                        "the output map's box is a consumer's tile");
+          tensorStoreRows(args.output_map, LINAC_CUDA_OUTPUT_BOX_COLUMNS * g,
+                          head, int(start), reads + g * Tile);
           commitBulkStores();
           waitBulkStoresRead();
         }

@@ -208,8 +208,10 @@ Package::planDeviceForward(const DeviceForwardRequest &request,
   const int64_t slots =
       cuda::preparedSlots(shape.sequences, segmentShape.offsets.back());
   const size_t workspace = size_t(slots * shape.heads * preparedChunkBytes_);
-  if (takesPhased(phasedUse_, !plan.segments.empty(), workspace,
-                  cuda::freeMemory)) {
+  if (takesPhased(phasedUse_, !plan.segments.empty(),
+                  leavesHalfIdle(shape.sequences * shape.heads,
+                                 segmentShape.multiprocessors),
+                  workspace, cuda::freeMemory)) {
     plan.kernel = &kernelFor(request.dtype, phasedKernels_);
     plan.preparedSlots = slots;
   }

@@ -57,11 +57,16 @@ double modelledChunks(const SegmentShape &shape, int64_t most) {
          passTime(longest, finish, multiprocessors) + double(2 + composed);
 }
 
-bool takesPhased(manifest::PhasedUse use, bool segmented, size_t workspaceBytes,
+bool leavesHalfIdle(int64_t blocks, int64_t multiprocessors) {
+  return 2 * blocks <= multiprocessors;
+}
+
+bool takesPhased(manifest::PhasedUse use, bool segmented, bool underfilled,
+                 size_t workspaceBytes,
                  const std::function<size_t()> &freeBytes) {
   if (use == manifest::PhasedUse::Always)
     return true;
-  if (use == manifest::PhasedUse::Segmented && !segmented)
+  if (use == manifest::PhasedUse::Segmented && !segmented && !underfilled)
     return false;
   return workspaceBytes <= freeBytes() / 2;
 }

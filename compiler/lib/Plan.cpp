@@ -58,8 +58,8 @@ cuda::WarpgroupMap warpgroupMap(LayerOp layer, const cuda::ChunkShape &shape) {
   int64_t rowBytes = 0;
   for (BlockArgument input : layer.getInputs())
     rowBytes += cuda::stagedRowBytes(elementsOf(input.getType()));
-  return cuda::WarpgroupMap(shape.keys, shape.values, shape.gate, rowBytes,
-                            shape.paramBytes);
+  return cuda::WarpgroupMap(shape.keys, shape.values, shape.gate, shape.erase,
+                            rowBytes, shape.paramBytes);
 }
 
 /// Inputs the chunkwise kernel copies into shared memory a chunk ahead
@@ -374,13 +374,21 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // (linear attention 0.246 against 0.340 ms at B8 T4096 H16, 0.460
     // against 0.603 at B1 T32768; bench/history/forward-chunkwise.md,
     // version 24), so the phased kernels are not offered beside it.
+    // With an erase it takes the same shapes: its producer solves each
+    // chunk while the consumers stage the next one's prologue and advance
+    // the state. On an H200 it is faster than the phased kernels for
+    // whole sequences (Gated DeltaNet 0.557 against 0.770 ms at B8 T4096
+    // H16) but not in segments, whose LOCAL, transition and FINISH passes
+    // each solve every chunk again (1.406 against 1.086 at B1 T32768;
+    // bench/history/forward-chunkwise.md, version 27): the phased kernels
+    // stay beside it for the batches the runtime cuts into segments.
     cuda::WarpgroupMap warpgroupShared =
         warpgroupMap(layer, chunkShape(layer, form));
-    bool warpgroup = grouped && !erase && gate != cuda::Gate::Vector &&
+    bool warpgroup = grouped && gate != cuda::Gate::Vector &&
                      (keys == 64 || keys == 128) && values == 128 &&
                      (chunkKernel == "auto" || chunkKernel == "warpgroup") &&
                      warpgroupShared.bytes <= sharedMemoryLimit(target);
-    bool phased = grouped && !warpgroup &&
+    bool phased = grouped && (!warpgroup || erase) &&
                   (chunkKernel == "auto" || chunkKernel == "phased") &&
                   phasedState.bytes <= sharedMemoryLimit(target);
     plan.chunkKernel = pipelined   ? manifest::ChunkKernel::Pipelined
@@ -403,10 +411,13 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
       // batch's sequences fill the GPU whole (on an H200 at B8 T4096 H16,
       // linear attention 0.449 against 0.341 ms); they win once it is cut
       // into segments (bench/history/forward-chunkwise.md, version 23).
+      // Beside the warpgroup kernel (with an erase) they take segments
+      // only, as above.
       bool cheapPrologue = !erase && gate != cuda::Gate::Vector;
       plan.phased = chunkKernel == "phased" ? manifest::PhasedUse::Always
-                    : cheapPrologue         ? manifest::PhasedUse::Segmented
-                                            : manifest::PhasedUse::ByShape;
+                    : cheapPrologue || warpgroup
+                        ? manifest::PhasedUse::Segmented
+                        : manifest::PhasedUse::ByShape;
       plan.phasedBlockThreads = plan.prepareBlockThreads =
           cuda::kPhasedThreads;
       plan.phasedSharedMemory = phasedState.bytes;
@@ -486,11 +497,11 @@ struct PlanPass : public linac::impl::LinacPlanBase<PlanPass> {
         error << "chunk-kernel=" << chunkKernel << ": the " << chunkKernel
               << " kernel takes ";
         if (chunkKernel == "warpgroup")
-          error << "no erase, under a scalar key-side gate or none, without "
-                   "a normaliser, a value-side decay, the read after the "
-                   "write, K of 64 or 128 and V of 128, its input rows "
-                   "within shared memory, on sm_90a (its products are "
-                   "wgmma)";
+          error << "a scalar key-side gate or none, with an erase or "
+                   "without, without a normaliser, a value-side decay, the "
+                   "read after the write, K of 64 or 128 and V of 128, its "
+                   "input rows within shared memory, on sm_90a (its "
+                   "products are wgmma)";
         else
           error << (chunkKernel == "pipelined"
                         ? "an erase under no gate or a scalar one"

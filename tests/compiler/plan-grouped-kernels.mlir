@@ -10,18 +10,19 @@
 
 // The pipelined chunkwise kernel on request: its buffers (two chunks'
 // prepared operands, T, the reads) as the shared memory, no staged input
-// rows, and no phased kernels beside it. Without the request, and on the
-// CPU, the lockstep kernel; by default on sm_90a with the phased kernels
-// beside it for the runtime to take by shape, never with
-// chunk-kernel=lockstep or on sm_80.
+// rows, and no phased kernels beside it. Without the request on sm_90a
+// the warpgroup kernel (plan-warpgroup-erase.mlir) with the phased kernels
+// beside it for the batches the runtime cuts into segments; with
+// chunk-kernel=lockstep, on sm_80 and on the CPU the lockstep kernel, with
+// no phased kernels.
 // CHECK: linac.layer @gated_delta
 // CHECK-SAME: chunk_kernel = "pipelined"
 // CHECK-SAME: family = "delta_chunkwise"
 // CHECK-SAME: late_shared_inputs = array<i64>
 // CHECK-SAME: shared_inputs = array<i64>, shared_memory = 218656 : i64
 // CHECK-NOT: phased
-// DEFAULT: chunk_kernel = "lockstep"
-// DEFAULT-SAME: phased = "by_shape"
+// DEFAULT: chunk_kernel = "warpgroup"
+// DEFAULT-SAME: phased = "segmented"
 // LOCKSTEP: chunk_kernel = "lockstep"
 // LOCKSTEP-NOT: phased
 // DEFAULT-SM80: linac.layer @gated_delta

@@ -3,8 +3,8 @@
 // RUN: linac-opt %s -linac-normalize -linac-plan=target=sm_80 | FileCheck %s --check-prefix=SM80
 // RUN: not linac-opt %s -linac-normalize '-linac-plan=target=sm_90a chunk-kernel=warpgroup' 2>&1 | FileCheck %s --check-prefix=REFUSED
 
-// Without an erase, under a scalar key-side gate or none, the chunkwise
-// entry is the warpgroup kernel on sm_90a: eight producer warps and a
+// Under a scalar key-side gate or none, the chunkwise entry is the
+// warpgroup kernel on sm_90a (with an erase, plan-warpgroup-erase.mlir): eight producer warps and a
 // consumer warpgroup for each 64 value columns (512 threads). Its shared
 // memory at K = V = 128 under the scalar gate: two buffers of bf16 Q, K
 // and U (2 x 49152), U scaled (16384), both buffers' log-gates and each
@@ -28,15 +28,15 @@
 // CHECK-SAME: chunk_kernel = "warpgroup"
 // CHECK-SAME: tensor_inputs = array<i64: 0, 1, 2, 4>, tensor_output = false
 // CHECK: linac.layer @with_erase
-// CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
+// CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
 // CHECK: linac.layer @narrow_values
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
 // LOCKSTEP: linac.layer @scalar_gate
 // LOCKSTEP-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
 // SM80: linac.layer @scalar_gate
 // SM80-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
-// REFUSED: error: chunk-kernel=warpgroup: the warpgroup kernel takes no erase, under a scalar key-side gate or none, without a normaliser, a value-side decay, the read after the write, K of 64 or 128 and V of 128, its input rows within shared memory, on sm_90a (its products are wgmma)
-// REFUSED-NEXT: linac.layer @with_erase
+// REFUSED: error: chunk-kernel=warpgroup: the warpgroup kernel takes a scalar key-side gate or none, with an erase or without, without a normaliser, a value-side decay, the read after the write, K of 64 or 128 and V of 128, its input rows within shared memory, on sm_90a (its products are wgmma)
+// REFUSED-NEXT: linac.layer @narrow_values
 
 !key = tensor<128xf32, #linac.key>
 !value = tensor<128xf32, #linac.value>

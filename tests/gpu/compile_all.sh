@@ -7,7 +7,10 @@
 # chunkwise kernels, and those of an erase under a key-vector gate and
 # those without an erase under no gate, a scalar one and a key-vector one,
 # and the specs named narrow_vector_gate*, for the phased and lockstep
-# ones. tests/gpu/prepare.sh uses it
+# ones, and those of an erase under a scalar gate or none at K of 64 or 128
+# and V of 128 for the warpgroup one (which by default leaves the batches cut
+# into segments to the phased kernels).
+# tests/gpu/prepare.sh uses it
 # for the GPU check; ctest runs it for sm_90a and sm_80 without a GPU, where
 # the generated sources' static_asserts hold the plan's numbers to the
 # kernels' headers.
@@ -38,6 +41,11 @@ if [[ $target == sm_90a ]]; then
       compile "$spec" "${kernel}_$(basename "$spec" .mlir)" \
         --chunk-kernel=$kernel
     done
+  done
+  for spec in examples/deltanet.mlir examples/gated_deltanet.mlir \
+              tests/gpu/specs/narrow_keys_erase.mlir; do
+    compile "$spec" "warpgroup_$(basename "$spec" .mlir)" \
+      --chunk-kernel=warpgroup
   done
   for spec in examples/kda.mlir examples/gdn2.mlir \
               examples/linear_attention.mlir examples/mamba2.mlir \

@@ -17,6 +17,7 @@
 namespace {
 
 using linac::cutSegments;
+using linac::leavesHalfIdle;
 using linac::modelledChunks;
 using linac::SegmentShape;
 using linac::takesPhased;
@@ -145,22 +146,38 @@ TEST(Segments, PhasedKernelsByTheirUseAndWorkspace) {
   // kernels, whether the batch is cut or not; more keeps the chunkwise
   // entry.
   for (bool segmented : {false, true}) {
-    EXPECT_TRUE(takesPhased(PhasedUse::ByShape, segmented, 1, freeBytes));
     EXPECT_TRUE(
-        takesPhased(PhasedUse::ByShape, segmented, kFree / 2, freeBytes));
-    EXPECT_FALSE(
-        takesPhased(PhasedUse::ByShape, segmented, kFree / 2 + 1, freeBytes));
+        takesPhased(PhasedUse::ByShape, segmented, false, 1, freeBytes));
+    EXPECT_TRUE(takesPhased(PhasedUse::ByShape, segmented, false, kFree / 2,
+                            freeBytes));
+    EXPECT_FALSE(takesPhased(PhasedUse::ByShape, segmented, false,
+                             kFree / 2 + 1, freeBytes));
   }
   EXPECT_EQ(reads, 6);
-  // Segmented: only a batch cut into segments, and there as by shape; a
-  // whole batch does not ask for the free memory.
-  EXPECT_FALSE(takesPhased(PhasedUse::Segmented, false, 1, freeBytes));
+  // Segmented: only a batch cut into segments or leaving half the
+  // multiprocessors idle, and there as by shape; any other batch does not
+  // ask for the free memory.
+  EXPECT_FALSE(takesPhased(PhasedUse::Segmented, false, false, 1, freeBytes));
   EXPECT_EQ(reads, 6);
-  EXPECT_TRUE(takesPhased(PhasedUse::Segmented, true, kFree / 2, freeBytes));
-  EXPECT_FALSE(
-      takesPhased(PhasedUse::Segmented, true, kFree / 2 + 1, freeBytes));
-  EXPECT_EQ(reads, 8);
+  for (auto [segmented, underfilled] :
+       {std::pair{true, false}, std::pair{false, true},
+        std::pair{true, true}}) {
+    EXPECT_TRUE(takesPhased(PhasedUse::Segmented, segmented, underfilled,
+                            kFree / 2, freeBytes));
+    EXPECT_FALSE(takesPhased(PhasedUse::Segmented, segmented, underfilled,
+                             kFree / 2 + 1, freeBytes));
+  }
+  EXPECT_EQ(reads, 12);
   // Always: whatever the workspace, without asking.
-  EXPECT_TRUE(takesPhased(PhasedUse::Always, false, 4 * kFree, freeBytes));
-  EXPECT_EQ(reads, 8);
+  EXPECT_TRUE(
+      takesPhased(PhasedUse::Always, false, false, 4 * kFree, freeBytes));
+  EXPECT_EQ(reads, 12);
+}
+
+TEST(Segments, HalfIdleMultiprocessors) {
+  // 132 multiprocessors: 66 blocks leave half idle, 67 do not.
+  EXPECT_TRUE(leavesHalfIdle(1, 132));
+  EXPECT_TRUE(leavesHalfIdle(66, 132));
+  EXPECT_FALSE(leavesHalfIdle(67, 132));
+  EXPECT_FALSE(leavesHalfIdle(128, 132));
 }

@@ -614,7 +614,7 @@ template <typename Layer> struct WarpgroupInputs : Layer {
 
 template <typename Layer>
 LINAC_HOST_DEVICE constexpr WarpgroupMap warpgroupMap() {
-  return WarpgroupMap(Layer::K, Layer::V, Layer::kKeyGate,
+  return WarpgroupMap(Layer::K, Layer::V, Layer::kKeyGate, Layer::kErase,
                       SharedInputRows<WarpgroupInputs<Layer>>::kBytes /
                           Layer::kChunkSize,
                       ChunkParams<Layer>::kBytes);

@@ -210,26 +210,42 @@ LINAC_GEOMETRY int warpgroupThreads(int values) {
 /// Where each of a warpgroup block's buffers starts in shared memory, in
 /// bytes from a 1024-byte boundary (the block aligns its base, so `bytes`
 /// holds 1024 more): two buffers of operands, each Q, K and U as swizzled
-/// bf16 tiles of 64 tokens; under a gate, U scaled to the chunk's end (the
-/// consumers'), both buffers' log-gates and each consumer's cumulative
-/// sums of them; each consumer's bf16 copy of its state columns (K x 64);
-/// the reads as 16-bit tiles of 64 tokens; the staged input rows
-/// (`inputRowBytes` a token, at a 128-byte boundary as tensor copies
-/// need), the parameters, and the rows' mbarrier.
+/// bf16 tiles of 64 tokens, with an erase also W (E while the producer
+/// works on it) and P, 64 x 64; both buffers' log-gates (cumulative with
+/// an erase). Without an erase: under a gate, U scaled to the chunk's end
+/// (the consumers') and each consumer's cumulative sums of the log-gates;
+/// each consumer's bf16 copy of its state columns (K x 64); the reads as
+/// 16-bit tiles of 64 tokens (with an erase the reads take U's tiles). With
+/// one: the producer's A, then T, in fp32 (C rows of `aStride` floats), the
+/// diagonal blocks' inverses (C rows of `inverseStride`) and a scratch tile
+/// a producer warp. Then the staged input rows (`inputRowBytes` a token, at
+/// a 128-byte boundary as tensor copies need), the parameters, and the
+/// rows' mbarrier.
 struct WarpgroupMap {
-  int64_t q, k, v, bufferBytes, scaledV, gates, cumulativeGates, states, reads,
-      inputRows, params, rowBarrier, bytes;
+  static constexpr int aStride = kChunkSize + 4, inverseStride = 20;
+  int64_t q, k, v, w, p, bufferBytes, scaledV, gates, cumulativeGates, a,
+      inverses, scratch, states, reads, inputRows, params, rowBarrier, bytes;
 
-  LINAC_GEOMETRY WarpgroupMap(int keys, int values, Gate gate,
+  LINAC_GEOMETRY WarpgroupMap(int keys, int values, Gate gate, bool erase,
                               int64_t inputRowBytes, int64_t paramBytes)
       : q(0), k(q + 2 * kChunkSize * keys), v(k + 2 * kChunkSize * keys),
-        bufferBytes(v + 2 * kChunkSize * values), scaledV(2 * bufferBytes),
-        gates(scaledV + (gate == Gate::None ? 0 : 2 * kChunkSize * values)),
+        w(v + 2 * kChunkSize * values),
+        p(w + (erase ? 2 * kChunkSize * keys : 0)),
+        bufferBytes(p + (erase ? 2 * kChunkSize * kChunkSize : 0)),
+        scaledV(2 * bufferBytes),
+        gates(scaledV +
+              (gate == Gate::None || erase ? 0 : 2 * kChunkSize * values)),
         cumulativeGates(gates + 2 * 4 * kChunkSize),
-        states((cumulativeGates + (values / 64) * 4 * kChunkSize + 1023) /
+        a(cumulativeGates + (erase ? 0 : (values / 64) * 4 * kChunkSize)),
+        inverses(a + (erase ? 4 * kChunkSize * aStride : 0)),
+        scratch(inverses + (erase ? 4 * kChunkSize * inverseStride : 0)),
+        states((scratch +
+                (erase ? 4 * kProducerWarps * kPipelineScratchFloats : 0) +
+                1023) /
                1024 * 1024),
-        reads(states + (values / 64) * 2 * keys * 64),
-        inputRows(reads + 2 * kChunkSize * values),
+        reads(states + (erase ? 0 : (values / 64) * 2 * keys * 64)),
+        inputRows((reads + (erase ? 0 : 2 * kChunkSize * values) + 127) / 128 *
+                  128),
         params(inputRows + kChunkSize * inputRowBytes),
         rowBarrier(params + paramBytes), bytes(rowBarrier + 8 + 1024) {}
 };

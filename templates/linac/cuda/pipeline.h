@@ -102,6 +102,24 @@ LINAC_DEVICE float gateFactor(float x) {
   return y;
 }
 
+/// A chunk's cumulative log-gates, by one warp, two tokens a lane: out[i]
+/// = raw[0] + ... + raw[i] (in place when out is raw); returns the chunk's
+/// total on every lane.
+LINAC_DEVICE float cumulativeLogGates(const float *raw, float *out) {
+  const int lane = laneId();
+  const float first = raw[2 * lane], both = first + raw[2 * lane + 1];
+  float inclusive = both;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const float below = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset)
+      inclusive += below;
+  }
+  out[2 * lane] = inclusive - both + first;
+  out[2 * lane + 1] = inclusive;
+  return __shfl_sync(0xffffffffu, inclusive, 31);
+}
+
 /// A bf16 A operand already in registers: fragment s of k-step s.
 template <int Steps> struct RegisterA {
   const uint32_t (&fragments)[Steps][4];
@@ -562,6 +580,103 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
   }
 }
 
+/// T = (I + A)^-1 in place of A, in fp32, for a strictly lower triangular
+/// A of 64 x 64 (rows AS floats apart, zeros on and above the diagonal), by
+/// a group of kPipelineGroupWarps warps (warp p), `sync()` their barrier;
+/// `inverses` (64 rows of IS floats) and `scratch` (kPipelineScratchFloats
+/// a warp) are its working memory. The inverses T_bb of the four 16 x 16
+/// diagonal blocks by forward substitution, a half-warp a column, each warp
+/// the same two columns of every block with the four substitutions
+/// interleaved (each waits on a shuffle a row); then T_10 and T_32 from
+/// them, and the lower-left 32 x 32 block from the two triangles beside it:
+/// -T_hi (A_lo T_lo).
+template <int AS, int IS, typename Sync>
+LINAC_DEVICE void invertUnitLower(float *a, float *inverses, float *scratch,
+                                  int p, Sync sync) {
+  constexpr int C = kChunkSize, GroupWarps = kPipelineGroupWarps;
+  constexpr int Rows = 16, Blocks = C / Rows;
+  static_assert(Blocks == 4 && Rows / 2 == GroupWarps,
+                "a warp takes two columns of each of four diagonal blocks");
+  const int g = laneId() >> 2, pair = (laneId() & 3) * 2;
+  {
+    const int column = 2 * p + laneId() / 16, i = laneId() % 16;
+    float x[Blocks];
+#pragma unroll
+    for (int b = 0; b < Blocks; ++b)
+      x[b] = i == column ? 1.0f : 0.0f;
+#pragma unroll
+    for (int m = 0; m < Rows - 1; ++m)
+#pragma unroll
+      for (int b = 0; b < Blocks; ++b) {
+        const float y = __shfl_sync(0xffffffffu, x[b], m, 16);
+        if (i > m)
+          x[b] -= a[(b * Rows + i) * AS + b * Rows + m] * y;
+      }
+#pragma unroll
+    for (int b = 0; b < Blocks; ++b)
+      inverses[(b * Rows + i) * IS + column] = x[b];
+    sync();
+    // Every warp has read A's diagonal blocks, which nothing reads again
+    // but as T's: they take the inverses.
+#pragma unroll
+    for (int b = 0; b < Blocks; ++b)
+      a[(b * Rows + i) * AS + b * Rows + column] = x[b];
+  }
+  float *const own = scratch + p * kPipelineScratchFloats;
+  // A warp's 16 x 8 tile through its scratch, to be read back as a B
+  // operand.
+  auto toScratch = [&](const float(&y)[4]) {
+    __syncwarp();
+    own[g * 8 + pair] = y[0];
+    own[g * 8 + pair + 1] = y[1];
+    own[(g + 8) * 8 + pair] = y[2];
+    own[(g + 8) * 8 + pair + 1] = y[3];
+    __syncwarp();
+  };
+  auto storeTile = [&](const float(&tile)[4], int row, int col) {
+    float *out = a + (row + g) * AS + col + pair;
+    out[0] = tile[0];
+    out[1] = tile[1];
+    out[8 * AS] = tile[2];
+    out[8 * AS + 1] = tile[3];
+  };
+  if (p < 2) {
+    // T_t,t-1 = -T_tt A_t,t-1 T_t-1,t-1 for t = 1 (warp 0) and 3 (warp 1),
+    // a column tile at a time; this warp alone reads A_t,t-1.
+    const int t = 2 * p + 1;
+    float tiles[2][4] = {};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float y[4] = {};
+      tf32Product<2>(y, a + t * Rows * AS + (t - 1) * Rows, AS,
+                     inverses + (t - 1) * Rows * IS + h * 8, IS, 2, 1.0f);
+      toScratch(y);
+      tf32Product<2>(tiles[h], inverses + t * Rows * IS, IS, own, 8, 2, -1.0f);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      storeTile(tiles[h], t * Rows, (t - 1) * Rows + h * 8);
+  }
+  sync();
+  {
+    // Warp p: rows of block 2 + p / 4, columns 8(p % 4).. of the lower-left
+    // block. Y = A_lo T_lo, then (once both row blocks' are in) -T_hi Y,
+    // which reads no part of A_lo.
+    const int r = 2 + p / 4, c = p % 4;
+    float y[4] = {};
+    tf32Product<4>(y, a + r * Rows * AS, AS, a + c * 8, AS, 4, 1.0f);
+    toScratch(y);
+    sync();
+    const float *upperY = scratch + (p % 4) * kPipelineScratchFloats;
+    float tile[4] = {};
+    tf32Product<2>(tile, a + r * Rows * AS + 2 * Rows, AS, upperY, 8, 2, -1.0f);
+    if (r == 3)
+      tf32Product<2>(tile, a + r * Rows * AS + 3 * Rows, AS, own, 8, 2, -1.0f);
+    storeTile(tile, r * Rows, c * 8);
+  }
+  sync();
+}
+
 /// Prepares a buffer whose rows hold a chunk's prologue operands, by a
 /// group of kPipelineGroupWarps warps (warp p of them, thread `thread`),
 /// `prepared()` their barrier: cumulative log-gates; the masked
@@ -582,19 +697,9 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
   // 2. Cumulative log-gates, a warp: two tokens a lane, then across lanes.
   if constexpr (G == Gate::Scalar) {
     if (p == 0) {
-      const int lane = laneId();
-      float first = buffer.lambda()[2 * lane],
-            both = first + buffer.lambda()[2 * lane + 1];
-      float inclusive = both;
-      for (int offset = 1; offset < 32; offset *= 2) {
-        float below = __shfl_up_sync(0xffffffffu, inclusive, offset);
-        if (lane >= offset)
-          inclusive += below;
-      }
-      buffer.lambda()[2 * lane] = inclusive - both + first;
-      buffer.lambda()[2 * lane + 1] = inclusive;
-      if (lane == 31)
-        *buffer.logDecay() = inclusive;
+      const float total = cumulativeLogGates(buffer.lambda(), buffer.lambda());
+      if (laneId() == 0)
+        *buffer.logDecay() = total;
     }
     prepared();
   } else if constexpr (G == Gate::Vector) {
@@ -649,99 +754,9 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
 
   // Without an erase A is zero, T the identity, U' = U and W nothing.
   if constexpr (Layer::kErase) {
-    // 4. T = (I + A)^-1 in place of A, in fp32. The inverses T_bb of the
-    // four 16 x 16 diagonal blocks by forward substitution, a half-warp a
-    // column, each warp the same two columns of every block with the four
-    // substitutions interleaved (each waits on a shuffle a row); then T_10
-    // and T_32 from them, and the lower-left 32 x 32 block from the two
-    // triangles beside it: -T_hi (A_lo T_lo).
-    constexpr int Rows = 16, Blocks = C / Rows;
-    static_assert(Blocks == 4 && Rows / 2 == GroupWarps,
-                  "a warp takes two columns of each of four diagonal blocks");
-    const int g = laneId() >> 2, pair = (laneId() & 3) * 2;
-    {
-      const int column = 2 * p + laneId() / 16, i = laneId() % 16;
-      float x[Blocks];
-#pragma unroll
-      for (int b = 0; b < Blocks; ++b)
-        x[b] = i == column ? 1.0f : 0.0f;
-#pragma unroll
-      for (int m = 0; m < Rows - 1; ++m)
-#pragma unroll
-        for (int b = 0; b < Blocks; ++b) {
-          const float y = __shfl_sync(0xffffffffu, x[b], m, 16);
-          if (i > m)
-            x[b] -= Layout::a()[(b * Rows + i) * AS + b * Rows + m] * y;
-        }
-#pragma unroll
-      for (int b = 0; b < Blocks; ++b)
-        Layout::inverses()[(b * Rows + i) * IS + column] = x[b];
-      prepared();
-      // Every warp has read A's diagonal blocks, which nothing reads again
-      // but as T's: they take the inverses.
-#pragma unroll
-      for (int b = 0; b < Blocks; ++b)
-        Layout::a()[(b * Rows + i) * AS + b * Rows + column] = x[b];
-    }
-    float *scratch = Layout::scratch() + p * kPipelineScratchFloats;
-    // A warp's 16 x 8 tile through its scratch, to be read back as a B
-    // operand.
-    auto toScratch = [&](const float (&y)[4]) {
-      __syncwarp();
-      scratch[g * 8 + pair] = y[0];
-      scratch[g * 8 + pair + 1] = y[1];
-      scratch[(g + 8) * 8 + pair] = y[2];
-      scratch[(g + 8) * 8 + pair + 1] = y[3];
-      __syncwarp();
-    };
-    auto storeTile = [&](const float (&tile)[4], int row, int col) {
-      float *out = Layout::a() + (row + g) * AS + col + pair;
-      out[0] = tile[0];
-      out[1] = tile[1];
-      out[8 * AS] = tile[2];
-      out[8 * AS + 1] = tile[3];
-    };
-    if (p < 2) {
-      // T_t,t-1 = -T_tt A_t,t-1 T_t-1,t-1 for t = 1 (warp 0) and 3 (warp 1),
-      // a column tile at a time; this warp alone reads A_t,t-1.
-      const int t = 2 * p + 1;
-      float tiles[2][4] = {};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float y[4] = {};
-        tf32Product<2>(y, Layout::a() + t * Rows * AS + (t - 1) * Rows, AS,
-                       Layout::inverses() + (t - 1) * Rows * IS + h * 8, IS, 2,
-                       1.0f);
-        toScratch(y);
-        tf32Product<2>(tiles[h], Layout::inverses() + t * Rows * IS, IS,
-                       scratch, 8, 2, -1.0f);
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        storeTile(tiles[h], t * Rows, (t - 1) * Rows + h * 8);
-    }
-    prepared();
-    {
-      // Warp p: rows of block 2 + p / 4, columns 8(p % 4).. of the lower-left
-      // block. Y = A_lo T_lo, then (once both row blocks' are in) -T_hi Y,
-      // which reads no part of A_lo.
-      const int r = 2 + p / 4, c = p % 4;
-      float y[4] = {};
-      tf32Product<4>(y, Layout::a() + r * Rows * AS, AS, Layout::a() + c * 8, AS,
-                     4, 1.0f);
-      toScratch(y);
-      prepared();
-      const float *upperY =
-          Layout::scratch() + (p % 4) * kPipelineScratchFloats;
-      float tile[4] = {};
-      tf32Product<2>(tile, Layout::a() + r * Rows * AS + 2 * Rows, AS, upperY, 8,
-                     2, -1.0f);
-      if (r == 3)
-        tf32Product<2>(tile, Layout::a() + r * Rows * AS + 3 * Rows, AS, scratch,
-                       8, 2, -1.0f);
-      storeTile(tile, r * Rows, c * 8);
-    }
-    prepared();
+    // 4. T = (I + A)^-1 in place of A.
+    invertUnitLower<AS, IS>(Layout::a(), Layout::inverses(), Layout::scratch(),
+                            p, prepared);
 
     // 5. U' = T U, then W = T (E (.) Gamma): warp p takes rows 16(p % 4)..
     // and half p / 4 of the columns into registers, and once every warp

@@ -1,10 +1,10 @@
 //===- warpgroup.h - the warpgroup chunkwise kernel on sm_90a ----*- C++
 //-*-===//
 //
-// The chunkwise algorithm (docs/design.md) without an erase, under a
-// scalar key-side gate or none, for one (head, sequence) or segment per
-// block, on Hopper's warpgroup products (wgmma.h). The block's first
-// warpgroup produces, the others consume, one for each 64 value columns:
+// The chunkwise algorithm (docs/design.md) under a scalar key-side gate or
+// none, for one (head, sequence) or segment per block, on Hopper's
+// warpgroup products (wgmma.h). The block's first two warpgroups produce,
+// the others consume, one for each 64 value columns. Without an erase:
 //
 //   producer: the generated prologue of a chunk's tokens from their input
 //     rows (copied into shared memory a chunk ahead), into one of two
@@ -16,8 +16,10 @@
 //       S <- Gamma_C S0 + K^T (U (.) Gamma_C / Gamma),
 //     every product a wgmma, and the generated epilogue of the reads.
 //
-// The producer fills one buffer while the consumers read the other, the
-// two sides meeting at named barriers.
+// With one the producer also solves each chunk (prepareErase) and the
+// consumers hold the state transposed as their products' operands
+// (consumeErase). The producer fills one buffer while the consumers read
+// the other, the two sides meeting at named barriers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,7 +38,8 @@ enum WarpgroupBarrier : int {
   kOperandsRead = 3,  // and 4: the consumers arrive, the producer waits
   kConsumers = 5,     // every consumer
   kConsumerGroup = 6, // and 7: one consumer warpgroup
-  kRowsRead = 8       // every producer warp
+  kRowsRead = 8,      // every producer warp
+  kProducer = 9       // every producer warp, with an erase
 };
 
 /// Registers a producer and a consumer thread take (setmaxnreg), within
@@ -70,28 +73,94 @@ LINAC_DEVICE WarpVec<N> loadSwizzled(const char *tiles, int rows, int row) {
   return v;
 }
 
-/// A 64 x 64 accumulator into swizzled tiles (rows of 64 columns from
-/// `firstRow`, tile `tile`) as T, 16 columns a stmatrix: its four 8 x 8
-/// matrices are the warp's top and bottom 8 rows of two column tiles.
-template <typename T>
+/// Every element of `d` times `factor` (while no wgmma writes them).
+template <int Tiles>
+LINAC_DEVICE void scaleAccumulators(wgmma::Accumulator (&d)[Tiles],
+                                    float factor) {
+#pragma unroll
+  for (int t = 0; t < Tiles; ++t)
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      d[t].x[i] *= factor;
+}
+
+/// The shared address of this lane's row of the 8 x 8 matrices that hold
+/// columns 8j..8j+15 of a warp's 16 rows of a 64 x 64 accumulator, in
+/// swizzled tiles (rows of 64 columns from `firstRow`, tile `tile`):
+/// matrix m = lane / 8 is the warp's top or bottom 8 rows (m % 2) of
+/// column tile j + m / 2. Transposed, the accumulator's rows are the
+/// tiles' columns and its columns their rows (stmatrix and ldmatrix
+/// .trans).
+template <bool Transposed>
+LINAC_DEVICE uint32_t accumulatorAddress(const char *tiles, int rows,
+                                         int firstRow, int tile, int j) {
+  const int lane = laneId(), matrix = lane / 8;
+  const int warpRows = 16 * (threadIdx.x / 32 % 4) + 8 * (matrix % 2);
+  const int across = 8 * (j + matrix / 2);
+  const int row =
+      firstRow + (Transposed ? across + lane % 8 : warpRows + lane % 8);
+  const int col = tile * wgmma::kTileColumns + (Transposed ? warpRows : across);
+  return uint32_t(__cvta_generic_to_shared(tiles)) +
+         wgmma::swizzledOffset(rows, row, col);
+}
+
+/// A 64 x 64 accumulator into swizzled tiles as T, 16 columns a stmatrix
+/// (accumulatorAddress).
+template <typename T, bool Transposed = false>
 LINAC_DEVICE void storeAccumulator(const wgmma::Accumulator &d, char *tiles,
                                    int rows, int firstRow, int tile) {
   static_assert(sizeof(T) == 2, "16-bit tiles");
-  const int lane = laneId(), matrix = lane / 8;
-  const int row =
-      firstRow + 16 * (threadIdx.x / 32 % 4) + lane % 8 + 8 * (matrix % 2);
-  const uint32_t at = uint32_t(__cvta_generic_to_shared(tiles));
 #pragma unroll
   for (int j = 0; j < 8; j += 2) {
-    const int col = tile * wgmma::kTileColumns + 8 * (j + matrix / 2);
     uint32_t r[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
       r[k] = packPair<T>(d.x[4 * j + 2 * k], d.x[4 * j + 2 * k + 1]);
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, "
-                 "%3, %4};\n" ::"r"(at + wgmma::swizzledOffset(rows, row, col)),
-                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-                 : "memory");
+    const uint32_t at =
+        accumulatorAddress<Transposed>(tiles, rows, firstRow, tile, j);
+    if constexpr (Transposed)
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], "
+                   "{%1, %2, %3, %4};\n" ::"r"(at),
+                   "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                   : "memory");
+    else
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, "
+                   "%3, %4};\n" ::"r"(at),
+                   "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                   : "memory");
+  }
+}
+
+/// Calls f(i, x) with each element x of a 64 x 64 accumulator's layout
+/// read from bf16 swizzled tiles, 16 columns an ldmatrix
+/// (accumulatorAddress).
+template <bool Transposed, typename F>
+LINAC_DEVICE void forAccumulatorOf(const char *tiles, int rows, int firstRow,
+                                   int tile, F f) {
+#pragma unroll
+  for (int j = 0; j < 8; j += 2) {
+    uint32_t r[4];
+    const uint32_t at =
+        accumulatorAddress<Transposed>(tiles, rows, firstRow, tile, j);
+    if constexpr (Transposed)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, "
+                   "%2, %3}, [%4];\n"
+                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                   : "r"(at)
+                   : "memory");
+    else
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, "
+                   "%3}, [%4];\n"
+                   : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                   : "r"(at)
+                   : "memory");
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      __nv_bfloat162 pair;
+      memcpy(&pair, &r[k], sizeof pair);
+      f(4 * j + 2 * k, __low2float(pair));
+      f(4 * j + 2 * k + 1, __high2float(pair));
+    }
   }
 }
 
@@ -130,6 +199,306 @@ LINAC_DEVICE void copyRowsByTensor(const linac_cuda_forward_args &args,
       std::make_integer_sequence<int, Layer::kNumInputs>{});
 }
 
+/// A consumer's part in writing a chunk's reads, staged as 16-bit tiles of
+/// 64 tokens (consumer g's columns in tile g) from token `start`, L of
+/// them: where the reads are the output and the chunk is whole, each
+/// consumer's tile by one tensor copy, read before the group's next
+/// barrier (a partial chunk's box would overwrite the next sequence's
+/// first rows); otherwise the generated epilogue, a token a warp.
+template <typename Layer, typename T>
+LINAC_DEVICE void writeReads(const linac_cuda_forward_args &args, char *tiles,
+                             int head, int64_t start, int L,
+                             bool tensorOutput) {
+  constexpr int C = Layer::kChunkSize, V = Layer::V;
+  constexpr int ProducerThreads = 32 * kProducerWarps;
+  constexpr int Consumers = warpgroupThreads(V) - ProducerThreads;
+  const int consumerThread = threadIdx.x - ProducerThreads;
+  const int g = consumerThread / 128;
+  if (tensorOutput && L == C) {
+    fenceSharedForBulkCopies();
+    barrierWait(kConsumerGroup + g, 128);
+    if (consumerThread % 128 == 0) {
+      static_assert(LINAC_CUDA_OUTPUT_BOX_COLUMNS == wgmma::kTileColumns,
+                    "the output map's box is a consumer's tile");
+      tensorStoreRows(args.output_map, LINAC_CUDA_OUTPUT_BOX_COLUMNS * g, head,
+                      int(start), tiles + g * C * wgmma::kRowBytes);
+      commitBulkStores();
+      waitBulkStoresRead();
+    }
+    return;
+  }
+  barrierWait(kConsumers, Consumers);
+  T *const output = static_cast<T *>(args.output);
+  for (int i = consumerThread / 32; i < L; i += Consumers / 32) {
+    const int64_t token = start + i;
+    Layer::Chunk::epilogue(Token<Layer, T>{args, token, head},
+                           loadSwizzled<V, T>(tiles, C, i),
+                           output + (token * args.num_heads + head) * V);
+  }
+}
+
+/// The producer's steps with an erase, once a chunk's tiles (Q, K, U and
+/// E in W's place) and raw log-gates are in buffer offset `b`, by its eight
+/// warps (warp `warp`): the cumulative log-gates in place; A = E K^T
+/// (first warpgroup) and, when `reads`, P = scale Q K^T (second), masked
+/// and scaled by e^(lambda_t - lambda_s); T = (I + A)^-1 (invertUnitLower);
+/// then warpgroup h turns its column tile h of U into U' = T U (when
+/// `values`) and of E into W = T (E (.) Gamma), in place.
+template <typename Layer>
+LINAC_DEVICE void prepareErase(char *base, uint32_t b, float *lambda,
+                               bool reads, bool values, float scale, int warp) {
+  constexpr int C = Layer::kChunkSize, K = Layer::K, V = Layer::V;
+  constexpr Gate G = Layer::kKeyGate;
+  constexpr WarpgroupMap kMap = warpgroupMap<Layer>();
+  constexpr int AS = WarpgroupMap::aStride, IS = WarpgroupMap::inverseStride;
+  constexpr int Tile = C * wgmma::kRowBytes, Step = 16 * wgmma::kRowBytes;
+  static_assert(kPipelineGroupWarps == kProducerWarps,
+                "the producer solves as a pipelined group does");
+  auto sync = [] { barrierWait(kProducer, 32 * kProducerWarps); };
+  if constexpr (G == Gate::Scalar) {
+    if (warp == 0)
+      cumulativeLogGates(lambda, lambda);
+    sync();
+  }
+  auto gateOf = [&](int i) { return G == Gate::Scalar ? lambda[i] : 0.0f; };
+  const int group = warp / 4, warpRow = 16 * (warp % 4);
+  float *const a = reinterpret_cast<float *>(base + kMap.a);
+  const uint64_t keys = wgmma::descriptor(base + kMap.k);
+  if (group == 0 || reads) {
+    const uint64_t rows =
+        wgmma::descriptor(base + (group == 0 ? kMap.w : kMap.q));
+    wgmma::Accumulator x;
+    wgmma::fence();
+#pragma unroll
+    for (int s = 0; s < K / 16; ++s) {
+      const uint32_t keyPart = b + s / 4 * Tile + s % 4 * 32;
+      wgmma::mma<false, false>(x, wgmma::advance(rows, keyPart),
+                               wgmma::advance(keys, keyPart), s > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    x.pin();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int t = warpRow + wgmma::accumulatorRow(i);
+      const int s = wgmma::accumulatorColumn(i);
+      const float factor = gateFactor(gateOf(t) - gateOf(s));
+      if (group == 0)
+        a[t * AS + s] = s < t ? x.x[i] * factor : 0.0f;
+      else
+        x.x[i] = s <= t ? x.x[i] * factor * scale : 0.0f;
+    }
+    if (group == 1) {
+      storeAccumulator<__nv_bfloat16>(x, base + b + kMap.p, C, 0, 0);
+      wgmma::fenceShared();
+    }
+  }
+  sync();
+  invertUnitLower<AS, IS>(a, reinterpret_cast<float *>(base + kMap.inverses),
+                          reinterpret_cast<float *>(base + kMap.scratch), warp,
+                          sync);
+  // T's rows of this warp as A fragments (column factors Gamma_s for W).
+  auto solved = [&](int64_t tiles, bool gated) {
+    const int lane = laneId();
+    const float *const top = a + (warpRow + lane / 4) * AS;
+    uint32_t t[C / 16][4];
+#pragma unroll
+    for (int s = 0; s < C / 16; ++s)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int col = 16 * s + 8 * half + 2 * (lane % 4);
+        const float lo = gated ? gateFactor(gateOf(col)) : 1.0f;
+        const float hi = gated ? gateFactor(gateOf(col + 1)) : 1.0f;
+        t[s][2 * half] = packPair(top[col] * lo, top[col + 1] * hi);
+        t[s][2 * half + 1] =
+            packPair(top[8 * AS + col] * lo, top[8 * AS + col + 1] * hi);
+      }
+    const uint64_t m = wgmma::descriptor(base + tiles);
+    wgmma::Accumulator x;
+    wgmma::fence();
+#pragma unroll
+    for (int s = 0; s < C / 16; ++s)
+      wgmma::mma<true>(x, t[s], wgmma::advance(m, b + group * Tile + s * Step),
+                       s > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    x.pin();
+    storeAccumulator<__nv_bfloat16>(x, base + b + tiles, C, 0, group);
+  };
+  static_assert(V == 2 * wgmma::kTileColumns, "a column tile of U a group");
+  if (values)
+    solved(kMap.v, false);
+  if (group < K / wgmma::kTileColumns)
+    solved(kMap.w, true);
+  wgmma::fenceShared();
+}
+
+/// The consumers with an erase: consumer g holds S^T's rows 64g..64g+63
+/// (value columns) by every key in fp32 accumulators and feeds them to
+/// the products as A fragments, so no copy of the state is in shared
+/// memory. A chunk: D^T = S0^T W^T and X^T = S0^T Q^T, Delta^T = U'^T -
+/// D^T, then O^T = scale Gamma (.) X^T + Delta^T P^T and S^T <- Gamma_C
+/// S^T + (Delta (.) Gamma_C / Gamma)^T K with Delta^T as A fragments too.
+/// The reads replace U' in the buffer's tile, stored by a tensor copy or
+/// read by the generated epilogue; then `stage(c + 2)` fills the buffer
+/// with chunk c + 2's operands for the producer to solve.
+template <typename Layer, typename T, typename Length, typename Stage>
+LINAC_DEVICE void consumeErase(const linac_cuda_forward_args &args,
+                               const ChunkWork &work, char *base,
+                               const float *gates, int64_t chunks,
+                               Length chunkLength, Stage stage) {
+  constexpr int C = Layer::kChunkSize, K = Layer::K, V = Layer::V;
+  constexpr Gate G = Layer::kKeyGate;
+  constexpr int KeyTiles = K / wgmma::kTileColumns;
+  constexpr WarpgroupMap kMap = warpgroupMap<Layer>();
+  constexpr int Threads = warpgroupThreads(V);
+  constexpr int ProducerThreads = 32 * kProducerWarps;
+  constexpr int Tile = C * wgmma::kRowBytes, Step = 16 * wgmma::kRowBytes;
+  const int consumerThread = threadIdx.x - ProducerThreads;
+  const int g = consumerThread / 128, warp = consumerThread / 32 % 4;
+  const int head = work.head;
+  const float scale = readScale<Layer>(args);
+  const bool tensorOutput = Layer::kTensorOutput && args.maps_encoded;
+  const bool values = work.identityFrom < 0;
+
+  // S^T's element i of key tile t: value column 64g + 16 warp + row,
+  // key 64t + column; where it is in memory (-1: nowhere).
+  wgmma::Accumulator state[KeyTiles];
+  auto valueOf = [&](int i) {
+    return 64 * g + 16 * warp + wgmma::accumulatorRow(i);
+  };
+  auto keyOf = [&](int t, int i) {
+    return 64 * t + wgmma::accumulatorColumn(i);
+  };
+#pragma unroll
+  for (int t = 0; t < KeyTiles; ++t)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int value = valueOf(i), key = keyOf(t, i);
+      float x = 0.0f;
+      if (!values)
+        x = stateMemoryColumn<Layer>(work, value) >= 0 &&
+                    key == work.identityFrom + value
+                ? 1.0f
+                : 0.0f;
+      else if (work.initial)
+        x = work.initial[key * stateColumns<Layer>() + value];
+      state[t].x[i] = x;
+    }
+  const uint64_t queries = wgmma::descriptor(base + kMap.q);
+  const uint64_t keys = wgmma::descriptor(base + kMap.k);
+  const uint64_t weights = wgmma::descriptor(base + kMap.w);
+  const uint64_t pairs = wgmma::descriptor(base + kMap.p);
+
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t start = work.begin + c * C;
+    const int L = chunkLength(c);
+    const uint32_t b = uint32_t(c % 2 * kMap.bufferBytes);
+    char *const tiles = base + b + kMap.v;
+    barrierWait(kOperandsIn + int(c % 2), Threads);
+    const float *const lambda = gates + c % 2 * C;
+    const float last = G == Gate::Scalar ? lambda[C - 1] : 0.0f;
+    auto gateOf = [&](int i) { return G == Gate::Scalar ? lambda[i] : 0.0f; };
+
+    // Three rounds of products, so that no more than 144 accumulator and
+    // fragment registers are live at once beside the state's 64 (more made
+    // ptxas serialise every wgmma): D^T; then O^T; then the state.
+    uint32_t entering[K / 16][4];
+#pragma unroll
+    for (int s = 0; s < K / 16; ++s)
+      wgmma::fragmentOf(entering[s], state[s / 4], s % 4);
+    wgmma::Accumulator d;
+    wgmma::fence();
+#pragma unroll
+    for (int s = 0; s < K / 16; ++s)
+      wgmma::mma<false>(d, entering[s],
+                        wgmma::advance(weights, b + s / 4 * Tile + s % 4 * 32),
+                        s > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    d.pin();
+    // Delta^T = U'^T - D^T (the identity's transition has no values).
+    if (values)
+      forAccumulatorOf<true>(tiles, C, 0, g,
+                             [&](int i, float u) { d.x[i] = u - d.x[i]; });
+    else
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        d.x[i] = -d.x[i];
+    uint32_t delta[C / 16][4];
+#pragma unroll
+    for (int s = 0; s < C / 16; ++s)
+      wgmma::fragmentOf(delta[s], d, s);
+    if (work.reads) {
+      wgmma::Accumulator o;
+      wgmma::fence();
+#pragma unroll
+      for (int s = 0; s < K / 16; ++s)
+        wgmma::mma<false>(
+            o, entering[s],
+            wgmma::advance(queries, b + s / 4 * Tile + s % 4 * 32), s > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      o.pin();
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        o.x[i] *= scale * gateFactor(gateOf(wgmma::accumulatorColumn(i)));
+      wgmma::fence();
+#pragma unroll
+      for (int s = 0; s < C / 16; ++s)
+        wgmma::mma<false>(o, delta[s], wgmma::advance(pairs, b + s * 32));
+      wgmma::commit();
+      wgmma::wait<0>();
+      o.pin();
+      // Each warp's value columns, every token: where it read U'.
+      storeAccumulator<T, true>(o, tiles, C, 0, g);
+    }
+    // Delta (.) Gamma_C / Gamma, a factor a token (a column of Delta^T).
+    if constexpr (G == Gate::Scalar) {
+#pragma unroll
+      for (int s = 0; s < C / 16; ++s)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int t = 16 * s + 8 * (r / 2) + 2 * (laneId() % 4);
+          delta[s][r] = scalePair(delta[s][r], gateFactor(last - gateOf(t)),
+                                  gateFactor(last - gateOf(t + 1)));
+        }
+      scaleAccumulators(state, gateFactor(last));
+    }
+    wgmma::fence();
+#pragma unroll
+    for (int t = 0; t < KeyTiles; ++t)
+#pragma unroll
+      for (int s = 0; s < C / 16; ++s)
+        wgmma::mma<true>(state[t], delta[s],
+                         wgmma::advance(keys, b + t * Tile + s * Step));
+    wgmma::commit();
+    // While the state's products run: the reads out.
+    if (work.reads)
+      writeReads<Layer, T>(args, tiles, head, start, L, tensorOutput);
+    wgmma::wait<0>();
+#pragma unroll
+    for (int t = 0; t < KeyTiles; ++t)
+      state[t].pin();
+    // The buffer takes chunk c + 2 once every consumer is past its reads
+    // (and each group's tensor copy has read them).
+    if (c + 2 < chunks) {
+      barrierWait(kConsumers, Threads - ProducerThreads);
+      stage(c + 2);
+    }
+  }
+
+  if (work.final)
+#pragma unroll
+    for (int t = 0; t < KeyTiles; ++t)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int at = stateMemoryColumn<Layer>(work, valueOf(i));
+        if (at >= 0)
+          work.final[keyOf(t, i) * work.finalStride + at] = state[t].x[i];
+      }
+}
+
 /// A block of the warpgroup kernel: `work`'s chunks.
 template <typename Layer, typename T>
 LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
@@ -137,10 +506,9 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
   constexpr int C = Layer::kChunkSize, K = Layer::K, V = Layer::V;
   constexpr Gate G = Layer::kKeyGate;
   constexpr int KeyTiles = K / wgmma::kTileColumns;
-  static_assert(!Layer::kErase && G != Gate::Vector && !Layer::kNormalizer &&
+  static_assert(G != Gate::Vector && !Layer::kNormalizer &&
                     !Layer::kValueDecay && !Layer::kReadBefore,
-                "the warpgroup kernel takes no erase, a scalar key gate or "
-                "none");
+                "the warpgroup kernel takes a scalar key gate or none");
   static_assert(C == 64 && (K == 64 || K == 128) && V == 128,
                 "tiles of 64 keys, two consumers of 64 value columns");
   using Staged = WarpgroupInputs<Layer>;
@@ -182,90 +550,121 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
     initBarrier(rowBarrier);
   __syncthreads();
 
+  // The warps that stage a chunk's operands from its input rows: the
+  // producer's without an erase; with one the consumers', between their
+  // chunks' products, so that the producer's solve of one chunk overlaps
+  // the prologue of the next. Rows move by one tensor copy an input a chunk
+  // when the runtime encoded the maps, else by each warp's 16-bit copies of
+  // its tokens'.
+  static_assert(Threads - ProducerThreads == ProducerThreads,
+                "either side stages on as many warps");
+  const int stagingThread = threadIdx.x % ProducerThreads;
+  const int stagingWarp = stagingThread / 32;
+  constexpr bool kTensorRows = tensorRows<Staged>();
+  const bool tensor = kTensorRows && args.maps_encoded;
+  Scalars scalars;
+  auto copyRows = [&](int64_t c) {
+    const int64_t start = begin + c * C;
+    if (!tensor)
+      Rows::template copy<T>(args, start, chunkLength(c), head, stagingWarp,
+                             inputRows);
+    else if (stagingThread == 0)
+      copyRowsByTensor<Rows, Layer, T>(args, start, head, inputRows,
+                                       rowBarrier);
+  };
+  auto startStaging = [&] {
+    if (chunks > 0) {
+      copyRows(0);
+      scalars.load(args, begin, chunkLength(0), head, stagingWarp);
+    }
+  };
+  // Chunk c's operands into buffer c % 2, then the next chunk's rows on
+  // their way; arrives at barrier `staged` (of c's parity) once in.
+  auto stage = [&](int64_t c, int staged) {
+    const int64_t start = begin + c * C;
+    const int L = chunkLength(c);
+    char *const b = buffer(c);
+    float *const logGates = gates + c % 2 * C;
+    if (tensor) {
+      waitBarrier(rowBarrier, unsigned(c % 2));
+    } else {
+      Rows::wait();
+    }
+    StagedInputs<Staged, T> none;
+    // Rows past the chunk's end run the prologue on stale rows and then
+    // store zeros: no branch splits the tokens' code.
+#pragma unroll 1
+    for (int first = stagingWarp; first < C;
+         first += kProducerWarps * kProducerTokens) {
+      ChunkOperands<K, V, G> ops[kProducerTokens];
+#pragma unroll
+      for (int j = 0; j < kProducerTokens; ++j) {
+        const int i = first + j * kProducerWarps;
+        ops[j] = noOperands<Layer>();
+        Layer::Chunk::prologue(
+            StagedToken<Staged, T, kProducerWarps>{{args, start + i, head},
+                                                   none,
+                                                   scalars,
+                                                   inputRows,
+                                                   nullptr,
+                                                   params,
+                                                   i},
+            ops[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kProducerTokens; ++j) {
+        const int i = first + j * kProducerWarps;
+        if (i >= L)
+          ops[j] = noOperands<Layer>();
+        storeSwizzled(ops[j].q, b + kMap.q, C, i);
+        storeSwizzled(ops[j].k, b + kMap.k, C, i);
+        storeSwizzled(ops[j].u.u, b + kMap.v, C, i);
+        if constexpr (Layer::kErase)
+          storeSwizzled(ops[j].e, b + kMap.w, C, i);
+        if (laneId() == 0)
+          logGates[i] = G == Gate::Scalar ? floorLogGate(ops[j].gk) : 0.0f;
+      }
+    }
+    // This warp's rows are read: the next chunk's may replace them, once
+    // every staging warp's are under tensor copies.
+    __syncwarp();
+    if (tensor && c + 1 < chunks) {
+      if (stagingThread < 32)
+        barrierWait(kRowsRead, ProducerThreads);
+      else
+        barrierArrive(kRowsRead, ProducerThreads);
+    }
+    if (c + 1 < chunks) {
+      copyRows(c + 1);
+      scalars.load(args, start + C, chunkLength(c + 1), head, stagingWarp);
+    }
+    wgmma::fenceShared();
+    barrierArrive(staged + int(c % 2), Threads);
+  };
+
   if (threadIdx.x < ProducerThreads) {
-    const int warp = threadIdx.x / 32;
     //===------------------------------------------------------------===//
     // Producer
     //===------------------------------------------------------------===//
     setRegisters<kProducerRegisters, false>();
-    // Rows move by one tensor copy an input a chunk when the runtime
-    // encoded the maps, else by each warp's 16-bit copies of its tokens'.
-    constexpr bool kTensorRows = tensorRows<Staged>();
-    const bool tensor = kTensorRows && args.maps_encoded;
-    auto copyRows = [&](int64_t c) {
-      const int64_t start = begin + c * C;
-      if (!tensor)
-        Rows::template copy<T>(args, start, chunkLength(c), head, warp,
-                               inputRows);
-      else if (threadIdx.x == 0)
-        copyRowsByTensor<Rows, Layer, T>(args, start, head, inputRows,
-                                         rowBarrier);
-    };
-    Scalars scalars;
-    if (chunks > 0) {
-      copyRows(0);
-      scalars.load(args, begin, chunkLength(0), head, warp);
-    }
-    StagedInputs<Staged, T> none;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t start = begin + c * C;
-      const int L = chunkLength(c);
-      char *const b = buffer(c);
-      float *const logGates = gates + c % 2 * C;
-      if (c >= 2)
+    if constexpr (Layer::kErase) {
+      // The consumers stage each chunk (kOperandsRead) and take it back
+      // solved (kOperandsIn).
+      const float scale = readScale<Layer>(args);
+      for (int64_t c = 0; c < chunks; ++c) {
         barrierWait(kOperandsRead + int(c % 2), Threads);
-      if (tensor) {
-        waitBarrier(rowBarrier, unsigned(c % 2));
-      } else {
-        Rows::wait();
+        prepareErase<Layer>(base, uint32_t(c % 2 * kMap.bufferBytes),
+                            gates + c % 2 * C, work.reads,
+                            work.identityFrom < 0, scale, threadIdx.x / 32);
+        barrierArrive(kOperandsIn + int(c % 2), Threads);
       }
-      // Rows past the chunk's end run the prologue on stale rows and then
-      // store zeros: no branch splits the tokens' code.
-#pragma unroll 1
-      for (int first = warp; first < C;
-           first += kProducerWarps * kProducerTokens) {
-        ChunkOperands<K, V, G> ops[kProducerTokens];
-#pragma unroll
-        for (int j = 0; j < kProducerTokens; ++j) {
-          const int i = first + j * kProducerWarps;
-          ops[j] = noOperands<Layer>();
-          Layer::Chunk::prologue(
-              StagedToken<Staged, T, kProducerWarps>{{args, start + i, head},
-                                                     none,
-                                                     scalars,
-                                                     inputRows,
-                                                     nullptr,
-                                                     params,
-                                                     i},
-              ops[j]);
-        }
-#pragma unroll
-        for (int j = 0; j < kProducerTokens; ++j) {
-          const int i = first + j * kProducerWarps;
-          if (i >= L)
-            ops[j] = noOperands<Layer>();
-          storeSwizzled(ops[j].q, b + kMap.q, C, i);
-          storeSwizzled(ops[j].k, b + kMap.k, C, i);
-          storeSwizzled(ops[j].u.u, b + kMap.v, C, i);
-          if (laneId() == 0)
-            logGates[i] = G == Gate::Scalar ? floorLogGate(ops[j].gk) : 0.0f;
-        }
+    } else {
+      startStaging();
+      for (int64_t c = 0; c < chunks; ++c) {
+        if (c >= 2)
+          barrierWait(kOperandsRead + int(c % 2), Threads);
+        stage(c, kOperandsIn);
       }
-      // This warp's rows are read: the next chunk's may replace them, once
-      // every producer warp's are under tensor copies.
-      __syncwarp();
-      if (tensor && c + 1 < chunks) {
-        if (threadIdx.x < 32)
-          barrierWait(kRowsRead, ProducerThreads);
-        else
-          barrierArrive(kRowsRead, ProducerThreads);
-      }
-      if (c + 1 < chunks) {
-        copyRows(c + 1);
-        scalars.load(args, start + C, chunkLength(c + 1), head, warp);
-      }
-      wgmma::fenceShared();
-      barrierArrive(kOperandsIn + int(c % 2), Threads);
     }
     return;
   }
@@ -274,16 +673,22 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
   // Consumer g: value columns 64g..64g+63
   //===--------------------------------------------------------------===//
   setRegisters<kConsumerRegisters, true>();
+  if constexpr (Layer::kErase) {
+    startStaging();
+    for (int64_t c = 0; c < chunks && c < 2; ++c)
+      stage(c, kOperandsRead);
+    consumeErase<Layer, T>(args, work, base, gates, chunks, chunkLength,
+                           [&](int64_t c) { stage(c, kOperandsRead); });
+    return;
+  }
   const int consumerThread = threadIdx.x - ProducerThreads;
   const int g = consumerThread / 128, warp = consumerThread / 32 % 4;
-  const int consumerWarp = consumerThread / 32;
   const float scale = readScale<Layer>(args);
   // A chunk whole in its sequence stores its output by the tensor map (a
   // partial one would overwrite the next sequence's first rows).
   const bool tensorOutput = Layer::kTensorOutput && args.maps_encoded;
   char *const stateCopy = base + kMap.states + g * K * 64 * 2;
   char *const reads = base + kMap.reads;
-  T *const output = static_cast<T *>(args.output);
 
   // The state's key rows 64t..64t+63 in accumulator t; element i's offset
   // in a state of rows `stride` floats apart.
@@ -335,20 +740,8 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
     // tokens a lane).
     float last = 0.0f;
     if constexpr (G == Gate::Scalar) {
-      if (warp == 0) {
-        const float *const raw = gates + c % 2 * C;
-        const int lane = laneId();
-        const float first = raw[2 * lane], both = first + raw[2 * lane + 1];
-        float inclusive = both;
-#pragma unroll
-        for (int offset = 1; offset < 32; offset *= 2) {
-          const float below = __shfl_up_sync(0xffffffffu, inclusive, offset);
-          if (lane >= offset)
-            inclusive += below;
-        }
-        lambda[2 * lane] = inclusive - both + first;
-        lambda[2 * lane + 1] = inclusive;
-      }
+      if (warp == 0)
+        cumulativeLogGates(gates + c % 2 * C, lambda);
       barrierWait(kConsumerGroup + g, 128);
       last = lambda[C - 1];
     }
@@ -374,12 +767,7 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
     // The state decayed to the chunk's end, while no product is in flight
     // (a write to an accumulator under one serialises every wgmma).
     if constexpr (G == Gate::Scalar) {
-      const float decay = gateFactor(last);
-#pragma unroll
-      for (int t = 0; t < KeyTiles; ++t)
-#pragma unroll
-        for (int i = 0; i < 32; ++i)
-          state[t].x[i] *= decay;
+      scaleAccumulators(state, gateFactor(last));
       logGate += last;
     }
     if (work.reads) {
@@ -441,29 +829,7 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
     if (work.reads) {
       o.pin();
       storeAccumulator<T>(o, reads, C, 0, g);
-      if (tensorOutput && L == C) {
-        // The reads are the output: this consumer's tile goes out whole,
-        // its bytes read before the group's next barrier.
-        fenceSharedForBulkCopies();
-        barrierWait(kConsumerGroup + g, 128);
-        if (consumerThread % 128 == 0) {
-          static_assert(LINAC_CUDA_OUTPUT_BOX_COLUMNS == wgmma::kTileColumns,
-                        "the output map's box is a consumer's tile");
-          tensorStoreRows(args.output_map, LINAC_CUDA_OUTPUT_BOX_COLUMNS * g,
-                          head, int(start), reads + g * Tile);
-          commitBulkStores();
-          waitBulkStoresRead();
-        }
-      } else {
-        barrierWait(kConsumers, Threads - ProducerThreads);
-        for (int i = consumerWarp; i < L;
-             i += (Threads - ProducerThreads) / 32) {
-          const int64_t token = start + i;
-          Layer::Chunk::epilogue(Token<Layer, T>{args, token, head},
-                                 loadSwizzled<V, T>(reads, C, i),
-                                 output + (token * args.num_heads + head) * V);
-        }
-      }
+      writeReads<Layer, T>(args, reads, head, start, L, tensorOutput);
     }
     publishState();
   }

@@ -125,19 +125,22 @@ LINAC_DEVICE void mma(Accumulator &d, uint64_t a, uint64_t b, bool accumulate) {
       : "memory");
 }
 
-/// d += A B for one k-step of 16, A from registers (mma.sync's A fragment
-/// of the warp's 16 rows), B from shared memory.
+/// d (+)= A B for one k-step of 16, A from registers (mma.sync's A
+/// fragment of the warp's 16 rows), B from shared memory; `accumulate`
+/// false overwrites d.
 template <bool TransposeB>
-LINAC_DEVICE void mma(Accumulator &d, const uint32_t (&a)[4], uint64_t b) {
+LINAC_DEVICE void mma(Accumulator &d, const uint32_t (&a)[4], uint64_t b,
+                      bool accumulate = true) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
-      "setp.ne.b32 p, 1, 0;\n"
+      "setp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LINAC_WGMMA_D
-      ", {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n"
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
       "}\n"
       : LINAC_WGMMA_OUT(d.x)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(int(TransposeB))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+        "r"(int(accumulate)), "n"(int(TransposeB))
       : "memory");
 }
 

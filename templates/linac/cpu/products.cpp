@@ -191,9 +191,11 @@ struct Scratch {
 
 /// A chunk's gated operands: Q (.) Gamma, E (.) Gamma and K (.) Gamma_C /
 /// Gamma in gatedQ, gatedE and gatedK, the state's decay over the chunk
-/// in `decay`, and P and A.
+/// in `decay`, and P and A. Without `reads` neither Q (.) Gamma nor P,
+/// which only the reads take.
 struct GatedChunk {
   Matrix &p, &a, &gatedQ, &gatedE, &gatedK;
+  bool reads;
   RowFactors decay;
 };
 
@@ -211,13 +213,17 @@ void uniformGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
     // Through the midpoint of the chunk's fall: every exponent within
     // kMaxFactorExponent, so the factors go into the operands.
     const double mid = end / 2;
-    expOfDifferences(lamQ, C, mid, 1.0, fq);
-    fq *= chunk.scale;
     expOfDifferences(lam, C, mid, -1.0, fk);
-    out.gatedQ = fq.matrix().asDiagonal() * q;
     out.gatedK = fk.matrix().asDiagonal() * k;
-    out.p.noalias() = out.gatedQ * out.gatedK.transpose();
-    mask(out.p, 0, C, chunk.readBefore);
+    if (out.reads) {
+      expOfDifferences(lamQ, C, mid, 1.0, fq);
+      fq *= chunk.scale;
+      out.gatedQ = fq.matrix().asDiagonal() * q;
+      // The pairs on and below the diagonal alone.
+      out.p.triangularView<Eigen::Lower>() =
+          out.gatedQ * out.gatedK.transpose();
+      mask(out.p, 0, C, chunk.readBefore);
+    }
     if (chunk.erase) {
       expOfDifferences(lam, C, mid, 1.0, fe);
       out.gatedE = fe.matrix().asDiagonal() * e;
@@ -228,7 +234,8 @@ void uniformGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
     }
     // Ungated, the factors are all 1.
     if (mid != 0) {
-      out.gatedQ *= float(std::exp(mid));
+      if (out.reads)
+        out.gatedQ *= float(std::exp(mid));
       out.gatedK *= float(std::exp(end - mid));
     }
   } else {
@@ -244,13 +251,16 @@ void uniformGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
                                                   : -INFINITY;
       product.array() *= pairs.exp() * factor;
     };
-    gatedPairs(q, lamQ, chunk.readBefore, chunk.scale, out.p);
+    if (out.reads)
+      gatedPairs(q, lamQ, chunk.readBefore, chunk.scale, out.p);
     if (chunk.erase)
       gatedPairs(e, lam, true, 1.0f, out.a);
-    expOfDifferences(lamQ, C, 0.0, 1.0, fq);
-    fq *= chunk.scale;
+    if (out.reads) {
+      expOfDifferences(lamQ, C, 0.0, 1.0, fq);
+      fq *= chunk.scale;
+      out.gatedQ = fq.matrix().asDiagonal() * q;
+    }
     expOfDifferences(lam, C, end, -1.0, fk);
-    out.gatedQ = fq.matrix().asDiagonal() * q;
     out.gatedK = fk.matrix().asDiagonal() * k;
     if (chunk.erase) {
       expOfDifferences(lam, C, 0.0, 1.0, fe);
@@ -280,24 +290,37 @@ void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
     out.gatedK = k.array() / factors;
     if (chunk.erase)
       out.gatedE = e.array() * factors;
-    if (chunk.readBefore)
-      expOfDifferences(lamQ, mid, 1.0, factors);
-    out.gatedQ = q.array() * factors * chunk.scale;
-    out.p.noalias() = out.gatedQ * out.gatedK.transpose();
-    mask(out.p, 0, C, chunk.readBefore);
+    if (out.reads) {
+      if (chunk.readBefore)
+        expOfDifferences(lamQ, mid, 1.0, factors);
+      out.gatedQ = q.array() * factors * chunk.scale;
+      out.p.triangularView<Eigen::Lower>() =
+          out.gatedQ * out.gatedK.transpose();
+      mask(out.p, 0, C, chunk.readBefore);
+    }
     const RowFactors toMid = mid.cast<float>().exp();
     if (chunk.erase) {
       out.a.noalias() = out.gatedE * out.gatedK.transpose();
       mask(out.a, 0, C, true);
       out.gatedE.array().rowwise() *= toMid;
     }
-    out.gatedQ.array().rowwise() *= toMid;
+    if (out.reads)
+      out.gatedQ.array().rowwise() *= toMid;
     out.gatedK.array().rowwise() *= (end - mid).cast<float>().exp();
   } else {
-    BlockedProducts{q,         k,     lamQ,           lam, chunk.readBefore,
-                    out.p,     factors, scratch.scaledX, scratch.scaledY}
-        .run(C);
-    out.p *= chunk.scale;
+    if (out.reads) {
+      BlockedProducts{q,
+                      k,
+                      lamQ,
+                      lam,
+                      chunk.readBefore,
+                      out.p,
+                      factors,
+                      scratch.scaledX,
+                      scratch.scaledY}
+          .run(C);
+      out.p *= chunk.scale;
+    }
     if (chunk.erase) {
       BlockedProducts{e,     k,       lam,             lam, true,
                       out.a, factors, scratch.scaledX, scratch.scaledY}
@@ -305,8 +328,10 @@ void keyGates(const Chunk &chunk, Scratch &scratch, GatedChunk &out) {
       expOfDifferences(lam, LogGateRow::Zero(K), 1.0, factors);
       out.gatedE = e.array() * factors;
     }
-    expOfDifferences(lamQ, LogGateRow::Zero(K), 1.0, factors);
-    out.gatedQ = q.array() * factors * chunk.scale;
+    if (out.reads) {
+      expOfDifferences(lamQ, LogGateRow::Zero(K), 1.0, factors);
+      out.gatedQ = q.array() * factors * chunk.scale;
+    }
     expOfDifferences(lam, end, -1.0, factors);
     out.gatedK = k.array() * factors;
   }
@@ -371,8 +396,9 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
   thread_local Scratch scratch;
   scratch.p.resize(C, C);
   scratch.a.resize(C, C);
-  GatedChunk gated{scratch.p,      scratch.a,      scratch.gatedQ,
-                   scratch.gatedE, scratch.gatedK, {}};
+  GatedChunk gated{
+      scratch.p,      scratch.a, scratch.gatedQ, scratch.gatedE, scratch.gatedK,
+      out != nullptr, {}};
   if (chunk.uniformGate)
     uniformGates(chunk, scratch, gated);
   else
@@ -380,23 +406,26 @@ void chunkForward(const Chunk &chunk, float *state, float *out) {
 
   const Operand u(chunk.u, C, U, Eigen::OuterStride<>(chunk.rowStride));
   Eigen::Map<Matrix> S(state, K, U), reads(out, out ? C : 0, U);
-  Matrix &delta = scratch.delta;
-  delta = u;
-  if (chunk.erase) {
-    // delta_t + sum_{s<t} A_ts delta_s = u_t - S^T (Gamma_t (.) e_t).
-    delta.noalias() -= gated.gatedE * S;
-    gated.a.triangularView<Eigen::UnitLower>().solveInPlace(delta);
-  }
   if (out)
     reads.noalias() = gated.gatedQ * S;
-  if (!chunk.psi) {
+  // The writes, Delta (U itself without an erase, read in place).
+  auto advance = [&](const auto &delta) {
     if (out)
-      reads.noalias() += gated.p * delta;
+      reads.noalias() += gated.p.triangularView<Eigen::Lower>() * delta;
     // S <- Gamma_C (.) S + (K (.) Gamma_C / Gamma)^T Delta.
     S.array().colwise() *= gated.decay.transpose();
     S.noalias() += gated.gatedK.transpose() * delta;
-    return;
+  };
+  if (chunk.erase) {
+    // delta_t + sum_{s<t} A_ts delta_s = u_t - S^T (Gamma_t (.) e_t).
+    Matrix &delta = scratch.delta;
+    delta = u;
+    delta.noalias() -= gated.gatedE * S;
+    gated.a.triangularView<Eigen::UnitLower>().solveInPlace(delta);
+    return advance(delta);
   }
+  if (!chunk.psi)
+    return advance(u);
   // A value-side decay Psi (no erase, so Delta = U): O = ((Q (.) Gamma)
   // S) (.) Psi + the intra-chunk term, and S <- Gamma_C (.) S (.) Psi_C +
   // (K (.) Gamma_C / Gamma)^T (U (.) Psi_C / Psi).

@@ -194,9 +194,12 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
             out.inputs[3][at(3, token, h, K) + d] +=
                 records[c][t * R + K + d] * de;
           }
+          // min(a, 0) passes its gradient to a where a <= 0, as the
+          // reference's minimumf does at a tie (the strong gates' inputs
+          // are exactly 0 now and then).
           for (int d = 0; d < gate; ++d)
             if (problem.inputs[gateInput]
-                    .values[at(gateInput, token, h, gate) + d] < 0.0f)
+                    .values[at(gateInput, token, h, gate) + d] <= 0.0f)
               out.inputs[gateInput][at(gateInput, token, h, gate) + d] +=
                   dGate[t * G + d];
         }

@@ -46,6 +46,10 @@ using LogGates =
     Eigen::Array<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstLogGates = Eigen::Map<const LogGates>;
 using LogGateRow = Eigen::Array<double, 1, Eigen::Dynamic>;
+/// A log-gate's gradient and the sums it is made of, in double: it is a
+/// small difference of large sums of pairs under strong gates.
+using GateSums = LogGates;
+using GateSumRow = LogGateRow;
 
 /// A split factor e^a e^b of e^(a + b) keeps |a| and |b| at most this, so
 /// neither factor nor any product of two leaves fp32's range (e^88).
@@ -569,8 +573,8 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   // gradient (below) counts for the tokens between s and t: `leaving` sums
   // a row's before the diagonal, `joining` a column's after it.
   const Matrix reads = dO * delta.transpose();
-  Factors leavingPairs = Factors::Zero(C, G),
-          joiningPairs = Factors::Zero(C, G);
+  GateSums leavingPairs = GateSums::Zero(C, G),
+           joiningPairs = GateSums::Zero(C, G);
   if (G == 1) {
     Factors pairs(C, C);
     for (int t = 0; t < C; ++t)
@@ -586,7 +590,7 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     dq.noalias() = g * k;
     dk.noalias() = g.transpose() * q;
     du.noalias() = a.transpose() * dO;
-    Factors terms = a.array() * reads.array();
+    GateSums terms = (a.array() * reads.array()).cast<double>();
     terms.matrix().diagonal().setZero();
     leavingPairs.col(0) = terms.rowwise().sum();
     joiningPairs.col(0) = terms.colwise().sum().transpose();
@@ -605,13 +609,14 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
         dk.row(s).array() += reads(t, s) * pair * q.row(t).array();
         du.row(s) += term.sum() * dO.row(t);
         if (s < t) {
-          leavingPairs.row(t) += term * reads(t, s);
-          joiningPairs.row(s) += term * reads(t, s);
+          const GateSumRow sum = (term * reads(t, s)).cast<double>();
+          leavingPairs.row(t) += sum;
+          joiningPairs.row(s) += sum;
         }
       }
   }
   // Reading before the write, a query's pairs stop short of its own gate.
-  const Factors queryPairsLeaving = leavingPairs;
+  const GateSums queryPairsLeaving = leavingPairs;
   // The state's terms: the reads of S0, the update's keys.
   Matrix readsOfState = dO * S0.transpose();
   Factors stateReads = query * readsOfState.array();
@@ -627,11 +632,11 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   // and its reads of S0 after t). Summed so, no term enters twice with
   // opposite signs (as q (.) dq - k (.) dk would add and take away each
   // diagonal pair).
-  Factors readsFrom(C, G), writesBefore(C, G);
-  auto channels = [&](const Factors &x, int t) -> RowFactors {
+  GateSums readsFrom(C, G), writesBefore(C, G);
+  auto channels = [&](const Factors &x, int t) -> GateSumRow {
     if (G == 1)
-      return RowFactors::Constant(1, x.row(t).sum());
-    return x.row(t);
+      return GateSumRow::Constant(1, x.row(t).cast<double>().sum());
+    return x.row(t).cast<double>();
   };
   const Factors queryReads = q.array() * stateReads,
                 writeTerms = k.array() * updates;
@@ -647,7 +652,8 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     du = dR;
     Matrix dPairs = -(dR * delta.transpose());
     if (G == 1) {
-      const Factors terms = erasePairs.array() * dPairs.array();
+      const GateSums terms =
+          (erasePairs.array() * dPairs.array()).cast<double>();
       leavingPairs.col(0) += terms.rowwise().sum();
       joiningPairs.col(0) += terms.colwise().sum().transpose();
       dPairs.array() *= uniformPairs;
@@ -662,16 +668,17 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
           const RowFactors term = e.row(t).array() * k.row(s).array() * pair;
           de.row(t).array() += g * pair * k.row(s).array();
           dk.row(s).array() += g * pair * e.row(t).array();
-          leavingPairs.row(t) += term * g;
-          joiningPairs.row(s) += term * g;
+          const GateSumRow sum = (term * g).cast<double>();
+          leavingPairs.row(t) += sum;
+          joiningPairs.row(s) += sum;
         }
     }
     const Factors eraseReads = gamma * (-(dR * S0.transpose())).array();
     de.array() += eraseReads;
     eraseReadTerms = e.array() * eraseReads;
   }
-  RowFactors queriesLater = RowFactors::Zero(G),
-             erasesLater = RowFactors::Zero(G);
+  GateSumRow queriesLater = GateSumRow::Zero(G),
+             erasesLater = GateSumRow::Zero(G);
   for (int t = C - 1; t >= 0; --t) {
     erasesLater += channels(eraseReadTerms, t);
     if (!chunk.readBefore)
@@ -680,17 +687,20 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     if (chunk.readBefore)
       queriesLater += channels(queryReads, t);
   }
-  RowFactors earlier = RowFactors::Zero(G), straddling = RowFactors::Zero(G);
+  GateSumRow earlier = GateSumRow::Zero(G), straddling = GateSumRow::Zero(G);
   for (int t = 0; t < C; ++t) {
     writesBefore.row(t) = earlier;
     earlier += channels(writeTerms, t);
   }
-  const Factors carried =
-      ((decay.matrix().asDiagonal() * S0).array() * dS.array()).rowwise().sum();
-  const RowFactors kept = G == 1 ? RowFactors::Constant(1, carried.sum())
-                                 : RowFactors(carried.transpose());
+  const GateSums carried =
+      ((decay.matrix().asDiagonal() * S0).array() * dS.array())
+          .cast<double>()
+          .rowwise()
+          .sum();
+  const GateSumRow kept = G == 1 ? GateSumRow::Constant(1, carried.sum())
+                                 : GateSumRow(carried.transpose());
   for (int t = 0; t < C; ++t) {
-    RowFactors total =
+    GateSumRow total =
         straddling + readsFrom.row(t) + writesBefore.row(t) + kept;
     if (chunk.readBefore)
       total -= queryPairsLeaving.row(t);

@@ -197,21 +197,53 @@ linac_status linac_package_dims(const linac_package *package,
   });
 }
 
+/// A host forward request from its C arguments.
+static linac::ForwardRequest forwardRequestOf(const linac_forward_args &args) {
+  linac::ForwardRequest request;
+  request.tensors =
+      tensorsOf<linac::HostTensor>(args.tensors, args.num_tensors);
+  request.cuSeqlens = cuSeqlensOf(args.cu_seqlens, args.num_cu_seqlens);
+  request.initialState = args.initial_state;
+  request.finalState = args.final_state;
+  request.output = args.output;
+  request.scale = args.scale;
+  request.threads = args.threads;
+  return request;
+}
+
 linac_status linac_forward_host(linac_package *package,
                                 const linac_forward_args *args) {
   return guarded([&] {
     if (!package || !args)
       throw invalidArgument("linac_forward_host needs a package and arguments");
-    linac::ForwardRequest request;
-    request.tensors =
-        tensorsOf<linac::HostTensor>(args->tensors, args->num_tensors);
-    request.cuSeqlens = cuSeqlensOf(args->cu_seqlens, args->num_cu_seqlens);
-    request.initialState = args->initial_state;
-    request.finalState = args->final_state;
-    request.output = args->output;
-    request.scale = args->scale;
-    request.threads = args->threads;
-    package->package->forward(request);
+    package->package->forward(forwardRequestOf(*args));
+  });
+}
+
+linac_status linac_backward_host(linac_package *package,
+                                 const linac_backward_args *args) {
+  return guarded([&] {
+    if (!package || !args)
+      throw invalidArgument(
+          "linac_backward_host needs a package and arguments");
+    linac::BackwardRequest request;
+    request.forward = forwardRequestOf(args->forward);
+    request.dOutput = args->d_output;
+    request.dFinalState = args->d_final_state;
+    request.dInitialState = args->d_initial_state;
+    if (args->num_gradients > 0 && !args->gradients)
+      throw invalidArgument("num_gradients is " +
+                            std::to_string(args->num_gradients) +
+                            " but gradients is NULL");
+    for (size_t i = 0; i < args->num_gradients; ++i) {
+      const linac_host_gradient &gradient = args->gradients[i];
+      if (!gradient.name)
+        throw invalidArgument("gradient " + std::to_string(i) + " has no name");
+      if (!request.gradients.emplace(gradient.name, gradient.data).second)
+        throw invalidArgument("two gradients of '" +
+                              std::string(gradient.name) + "'");
+    }
+    package->package->backward(request);
   });
 }
 

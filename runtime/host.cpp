@@ -97,6 +97,73 @@ void Package::forward(const ForwardRequest &request) const {
                 "kernel failed with status " + std::to_string(status));
 }
 
+void Package::backward(const BackwardRequest &request) const {
+  requireTarget(/*device=*/false);
+  if (!backward_)
+    throw Error(Error::Kind::Package,
+                "layer '" + layer_ +
+                    "' has no backward pass: the CPU backward covers "
+                    "chunkwise layers without a value-side decay or a "
+                    "normaliser");
+  const ForwardRequest &forward = request.forward;
+  ForwardShape shape = check(forward);
+  if (!request.dOutput)
+    throw argumentError("no output gradient (dOutput)");
+  for (const auto &[name, gradient] : request.gradients) {
+    if (!forward.tensors.count(name))
+      throw argumentError("gradient of '" + name +
+                          "', which is not an input or parameter of layer '" +
+                          layer_ + "'");
+    checkPointer(gradient, sizeof(float), "gradient of '" + name + "'");
+  }
+  std::vector<int64_t> cu = forward.cuSeqlens;
+  if (cu.empty())
+    for (int64_t b = 0; b <= shape.batch; ++b)
+      cu.push_back(b * shape.tokens);
+
+  // Every argument's gradient, zeroed: the caller's buffer or, for one it
+  // left out, one of ours.
+  std::vector<std::vector<float>> discarded;
+  auto gradientsOf = [&](const std::vector<manifest::Argument> &infos) {
+    std::vector<float *> out;
+    for (const manifest::Argument &arg : infos) {
+      const HostTensor &tensor = forward.tensors.at(arg.name);
+      size_t size = 1;
+      for (int64_t extent : tensor.shape)
+        size *= size_t(extent);
+      auto given = request.gradients.find(arg.name);
+      float *gradient = given != request.gradients.end()
+                            ? given->second
+                            : discarded.emplace_back(size).data();
+      std::fill_n(gradient, size, 0.0f);
+      out.push_back(gradient);
+    }
+    return out;
+  };
+  std::vector<float *> inputGradients = gradientsOf(inputs_),
+                       paramGradients = gradientsOf(params_);
+
+  HostArguments host(forward.tensors, inputs_, params_);
+  linac_cpu_backward_args args{};
+  args.forward.num_seqs = shape.sequences;
+  args.forward.cu_seqlens = cu.data();
+  args.forward.num_heads = shape.heads;
+  host.into(args.forward);
+  args.forward.initial_state = forward.initialState;
+  args.forward.scale = scaleOrDefault(forward.scale, keyDim_);
+  args.forward.threads = hostThreads(forward.threads);
+  args.forward.segment_tokens = forward.segmentTokens;
+  args.d_output = request.dOutput;
+  args.d_final_state = request.dFinalState;
+  args.input_grads = inputGradients.data();
+  args.param_grads = paramGradients.data();
+  args.d_initial_state = request.dInitialState;
+  int status = reinterpret_cast<linac_cpu_backward_fn>(backward_)(&args);
+  if (status != 0)
+    throw Error(Error::Kind::Kernel,
+                "kernel failed with status " + std::to_string(status));
+}
+
 void Package::decode(const DecodeRequest &request) const {
   requireTarget(/*device=*/false);
   ForwardShape shape = checkDecode(shapesOf(request.tensors), request.poolShape,

@@ -74,39 +74,41 @@ std::string floatLiteral(double value) {
 bool isReservedIdentifier(StringRef name) {
   static const llvm::StringSet<> reserved = {
       // C++ keywords.
-      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand",
-      "bitor", "bool", "break", "case", "catch", "char", "char8_t",
-      "char16_t", "char32_t", "class", "compl", "concept", "const",
-      "consteval", "constexpr", "constinit", "const_cast", "continue",
-      "co_await", "co_return", "co_yield", "decltype", "default", "delete",
-      "do", "double", "dynamic_cast", "else", "enum", "explicit", "export",
-      "extern", "false", "float", "for", "friend", "goto", "if", "inline",
-      "int", "long", "mutable", "namespace", "new", "noexcept", "not",
-      "not_eq", "nullptr", "operator", "or", "or_eq", "private",
-      "protected", "public", "register", "reinterpret_cast", "requires",
-      "return", "short", "signed", "sizeof", "static", "static_assert",
-      "static_cast", "struct", "switch", "template", "this", "thread_local",
-      "throw", "true", "try", "typedef", "typeid", "typename", "union",
-      "unsigned", "using", "virtual", "void", "volatile", "wchar_t", "while",
-      "xor", "xor_eq",
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor",
+      "bool", "break", "case", "catch", "char", "char8_t", "char16_t",
+      "char32_t", "class", "compl", "concept", "const", "consteval",
+      "constexpr", "constinit", "const_cast", "continue", "co_await",
+      "co_return", "co_yield", "decltype", "default", "delete", "do", "double",
+      "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false",
+      "float", "for", "friend", "goto", "if", "inline", "int", "long",
+      "mutable", "namespace", "new", "noexcept", "not", "not_eq", "nullptr",
+      "operator", "or", "or_eq", "private", "protected", "public", "register",
+      "reinterpret_cast", "requires", "return", "short", "signed", "sizeof",
+      "static", "static_assert", "static_cast", "struct", "switch", "template",
+      "this", "thread_local", "throw", "true", "try", "typedef", "typeid",
+      "typename", "union", "unsigned", "using", "virtual", "void", "volatile",
+      "wchar_t", "while", "xor", "xor_eq",
       // The generated functions' parameters and the names their bodies use.
       "state", "out", "token", "scale", "read", "Layer", "Token", "Out",
       "State", "K", "V", "Split", "Gate", "Vec", "WarpVec", "FullVec",
       "ColumnVec", "MatrixColumn", "KeyRows", "ValueColumns", "MatrixTile",
       "SplitKeyRows", "loadScalar", "store", "appendNormalizer", "maximum",
       "minimum", "exp_", "exp2_", "log_", "log2_", "log1p_", "sqrt_", "rsqrt",
-      "tanh_", "abs_", "pow_", "sigmoid", "softplus", "dot", "l2norm"};
+      "tanh_", "abs_", "pow_", "sigmoid", "softplus", "dot", "l2norm",
+      // The backward functions' parameters and helpers (adjoint.h).
+      "d", "dOut", "dRead", "grad", "Operands", "TokenGradients", "sum",
+      "whereAtLeast", "sign_", "l2normGradient", "addGradient"};
   return reserved.contains(name);
 }
 
 /// Whether `name` has the form of a name the generated code or C++ keeps for
-/// itself: an argument's (arg_q), a constant's (kErase), or one with a
-/// leading or double underscore.
+/// itself: an argument's (arg_q), an adjoint's (grad_kn), a constant's
+/// (kErase), or one with a leading or double underscore.
 bool hasReservedForm(StringRef name) {
   bool constantName =
       name.size() > 1 && name[0] == 'k' && llvm::isUpper(name[1]);
-  return name.starts_with("arg_") || constantName || name.starts_with("_") ||
-         name.contains("__");
+  return name.starts_with("arg_") || name.starts_with("grad_") ||
+         constantName || name.starts_with("_") || name.contains("__");
 }
 
 /// The name the spec gave an op's result, which the front end keeps as the
@@ -165,6 +167,10 @@ public:
   /// prologue and epilogue of the chunkwise families.
   std::string chunkFunctions(const Flavor &flavor, StringRef prologueSignature,
                              StringRef epilogueSignature);
+  /// The reverse of prologue and epilogue, for the chunkwise backward on the
+  /// CPU: prologueBackward and epilogueBackward.
+  std::string chunkBackwardFunctions(StringRef prologueSignature,
+                                     StringRef epilogueSignature);
   /// The whole step, for the recurrent scan.
   std::string stepFunction(const Flavor &flavor, StringRef signature,
                            Placement placement = Placement::BodyOrder);
@@ -180,6 +186,9 @@ private:
   /// What the function being emitted calls the values it has so far.
   llvm::DenseMap<Value, std::string> names;
   std::string body;
+  /// The arguments and pure ops the function being emitted computes, in
+  /// order: what its reverse walks back through.
+  SmallVector<Value> computed;
 
   std::string name(Value value) { return names.lookup(value); }
   /// How the spec names `value`, with its %.
@@ -196,6 +205,10 @@ private:
   /// Emits the ops that `roots` need, state ops in body order; values
   /// already named (the read in the epilogue) are not recomputed.
   void emitSlice(ArrayRef<Value> roots, Placement placement);
+  /// The prologue's values: the normal form's operands and what they need.
+  void emitOperandSlice();
+  /// The epilogue's values: the output from the read, named `read`.
+  YieldOp emitReadSlice();
   /// Emits `value` and what it needs, unless already named.
   void emitOnDemand(Value value);
   void emitPure(Operation *op);
@@ -205,6 +218,18 @@ private:
   void emitEraseWrite(EraseOp e, WriteOp w);
   std::pair<std::string, std::string> written(WriteOp w);
   std::string function(StringRef signature);
+  /// The adjoint of `value` (grad_<name>), or empty for a value that has
+  /// none (a constant, the head index).
+  std::string adjoint(Value value);
+  /// Declares, zeroed, the adjoint of every value `computed` holds.
+  void declareAdjoints();
+  /// Adds `term` (an expression of the adjoint's type) to `value`'s adjoint.
+  void accumulate(Value value, const std::string &term);
+  /// The adjoints of `op`'s operands from its result's.
+  void emitAdjoint(Operation *op);
+  /// Walks `computed` back: each op's adjoint, then each argument's into
+  /// its gradient.
+  void emitReverse();
   std::string sumOf(ArrayRef<Value> gates, bool keySide);
   /// `vector` scaled by a scalar or vector strength, or as is without one.
   std::string scaled(Value strength, const std::string &vector, bool keySide);
@@ -270,6 +295,7 @@ void BodyEmitter::emitArgument(BlockArgument arg) {
     line(fmt::format("const auto {} = {}::load({});", id,
                      cppType(arg.getType()), source));
   names[arg] = id;
+  computed.push_back(arg);
 }
 
 std::string BodyEmitter::expression(Operation *op) {
@@ -397,6 +423,7 @@ void BodyEmitter::emitPure(Operation *op) {
   }
   line(fmt::format("const auto {} = {};", id, value), specComment(op));
   names[op->getResult(0)] = id;
+  computed.push_back(op->getResult(0));
 }
 
 void BodyEmitter::emitOnDemand(Value value) {
@@ -507,7 +534,140 @@ std::string BodyEmitter::scaled(Value strength, const std::string &vector,
 std::string BodyEmitter::function(StringRef signature) {
   std::string text = fmt::format("  {} {{\n{}  }}\n", signature.str(), body);
   body.clear();
+  computed.clear();
   return text;
+}
+
+std::string BodyEmitter::adjoint(Value value) {
+  if (value == form.read.getOutput())
+    return "dRead";
+  if (Operation *op = value.getDefiningOp();
+      op && isa<arith::ConstantOp, HeadIndexOp>(op))
+    return {};
+  return "grad_" + name(value);
+}
+
+void BodyEmitter::declareAdjoints() {
+  for (Value value : computed) {
+    std::string id = adjoint(value);
+    if (id.empty())
+      continue;
+    if (value.getType().isF32())
+      line(fmt::format("float {} = 0.0f;", id));
+    else
+      line(fmt::format("{} {}{{}};", cppType(value.getType()), id));
+  }
+}
+
+void BodyEmitter::accumulate(Value value, const std::string &term) {
+  std::string id = adjoint(value);
+  if (!id.empty())
+    line(fmt::format("{0} = {0} + {1};", id, term));
+}
+
+void BodyEmitter::emitAdjoint(Operation *op) {
+  Value result = op->getResult(0);
+  const std::string r = name(result), dr = adjoint(result);
+  auto a = [&](unsigned i) { return name(op->getOperand(i)); };
+  auto toA = [&](const std::string &term) {
+    accumulate(op->getOperand(0), term);
+  };
+  auto toB = [&](const std::string &term) {
+    accumulate(op->getOperand(1), term);
+  };
+  if (!isa<arith::ConstantOp, HeadIndexOp>(op))
+    line("// back through " + specComment(op).substr(3));
+  // ln 2, for exp2 and log2.
+  const std::string ln2 = floatLiteral(0.69314718055994531);
+  // The first operand's share of a maximum's or minimum's gradient, given
+  // as whereAtLeast(...); the rest is the second's.
+  auto extremum = [&](const std::string &first) {
+    toA(first);
+    toB(fmt::format("({} - {})", dr, first));
+  };
+  bool known = true;
+  llvm::TypeSwitch<Operation *>(op)
+      .Case<arith::ConstantOp, HeadIndexOp>([](auto) {})
+      .Case([&](arith::AddFOp) {
+        toA(dr);
+        toB(dr);
+      })
+      .Case([&](arith::SubFOp) {
+        toA(dr);
+        toB("-" + dr);
+      })
+      .Case([&](arith::MulFOp) {
+        toA(dr + " * " + a(1));
+        toB(dr + " * " + a(0));
+      })
+      .Case([&](arith::DivFOp) {
+        toA(dr + " / " + a(1));
+        toB(fmt::format("-{} * {} / {}", dr, r, a(1)));
+      })
+      .Case([&](arith::NegFOp) { toA("-" + dr); })
+      // The gradient goes to the operand the result is, the first on a
+      // tie (a NaN's to the second), as the reference's.
+      .Case([&](arith::MaximumFOp) {
+        extremum(fmt::format("whereAtLeast({}, {}, {})", a(0), a(1), dr));
+      })
+      .Case([&](arith::MinimumFOp) {
+        extremum(fmt::format("whereAtLeast({}, {}, {})", a(1), a(0), dr));
+      })
+      .Case([&](math::ExpOp) { toA(dr + " * " + r); })
+      .Case([&](math::Exp2Op) { toA(fmt::format("{} * {} * {}", dr, r, ln2)); })
+      .Case([&](math::LogOp) { toA(dr + " / " + a(0)); })
+      .Case([&](math::Log2Op) {
+        toA(fmt::format("{} / ({} * {})", dr, a(0), ln2));
+      })
+      .Case([&](math::Log1pOp) {
+        toA(fmt::format("{} / (1.0f + {})", dr, a(0)));
+      })
+      .Case([&](math::SqrtOp) { toA(fmt::format("{} * 0.5f / {}", dr, r)); })
+      .Case([&](math::RsqrtOp) {
+        toA(fmt::format("{0} * -0.5f * {1} * {1} * {1}", dr, r));
+      })
+      .Case([&](math::TanhOp) {
+        toA(fmt::format("{0} * (1.0f - {1} * {1})", dr, r));
+      })
+      .Case([&](math::AbsFOp) { toA(fmt::format("{} * sign_({})", dr, a(0))); })
+      .Case([&](math::PowFOp) {
+        toA(fmt::format("{} * {} * pow_({}, {} - 1.0f)", dr, a(1), a(0), a(1)));
+        toB(fmt::format("{} * {} * log_({})", dr, r, a(0)));
+      })
+      .Case([&](SigmoidOp) {
+        toA(fmt::format("{0} * {1} * (1.0f - {1})", dr, r));
+      })
+      .Case([&](SoftplusOp) { toA(fmt::format("{} * sigmoid({})", dr, a(0))); })
+      .Case([&](DotOp) {
+        toA(dr + " * " + a(1));
+        toB(dr + " * " + a(0));
+      })
+      .Case([&](L2NormOp l2) {
+        toA(fmt::format("l2normGradient({}, {}, {}, {})", a(0), r, dr,
+                        floatLiteral(l2.getEps().convertToDouble())));
+      })
+      .Case([&](BroadcastOp) { toA(fmt::format("sum({})", dr)); })
+      .Default([&](Operation *) { known = false; });
+  if (!known) {
+    op->emitError("the backward pass has no derivative of this op");
+    failed = true;
+  }
+}
+
+void BodyEmitter::emitReverse() {
+  for (Value value : llvm::reverse(computed)) {
+    auto arg = dyn_cast<BlockArgument>(value);
+    if (!arg) {
+      emitAdjoint(value.getDefiningOp());
+      continue;
+    }
+    unsigned index = arg.getArgNumber() - 1;
+    bool param = layer.isParam(arg);
+    if (param)
+      index -= layer.getInputNames().size();
+    line(fmt::format("addGradient(grad.{}({}), {});", param ? "param" : "input",
+                     index, adjoint(arg)));
+  }
 }
 
 std::string BodyEmitter::constants(StringRef keyGateConstant) {
@@ -546,10 +706,7 @@ std::string BodyEmitter::constants(StringRef keyGateConstant) {
       sizes(layer.getParams()));
 }
 
-std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
-                                        StringRef prologueSignature,
-                                        StringRef epilogueSignature) {
-  flavor = bodyFlavor;
+void BodyEmitter::emitOperandSlice() {
   names.clear();
   SmallVector<Value> roots{form.query, form.key, form.value};
   llvm::append_range(roots, form.keyGates);
@@ -557,6 +714,21 @@ std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
   roots.push_back(form.eraseStrength);
   roots.push_back(form.writeStrength);
   emitSlice(roots, Placement::BodyOrder);
+}
+
+YieldOp BodyEmitter::emitReadSlice() {
+  names.clear();
+  names[form.read.getOutput()] = "read";
+  auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+  emitSlice({yield.getOutput()}, Placement::BodyOrder);
+  return yield;
+}
+
+std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
+                                        StringRef prologueSignature,
+                                        StringRef epilogueSignature) {
+  flavor = bodyFlavor;
+  emitOperandSlice();
   line(fmt::format("out.q = {};", name(form.query)));
   line(fmt::format("out.k = {};", name(form.key)));
   bool scalarGate = llvm::all_of(
@@ -580,11 +752,49 @@ std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
                    weight));
   std::string text = function(prologueSignature);
 
-  names.clear();
-  names[form.read.getOutput()] = "read";
-  auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
-  emitSlice({yield.getOutput()}, Placement::BodyOrder);
+  YieldOp yield = emitReadSlice();
   line(fmt::format("store(out, {});", name(yield.getOutput())));
+  return text + function(epilogueSignature);
+}
+
+std::string BodyEmitter::chunkBackwardFunctions(StringRef prologueSignature,
+                                                StringRef epilogueSignature) {
+  flavor = kCpuFlavor;
+  // The prologue again, then its operands' gradients d back to the
+  // arguments'.
+  emitOperandSlice();
+  declareAdjoints();
+  accumulate(form.query, "d.q");
+  accumulate(form.key, "d.k");
+  // A scalar gate is every key channel's.
+  for (Value gate : form.keyGates)
+    accumulate(gate, gate.getType().isF32() ? "sum(d.gk)" : "d.gk");
+  for (Value gate : form.valueGates)
+    accumulate(gate, "d.gv");
+  auto scaledAdjoint = [&](Value strength, Value vector, StringRef d) {
+    bool scalar = strength.getType().isF32();
+    accumulate(vector, fmt::format("{} * {}", name(strength), d.str()));
+    accumulate(strength, scalar
+                             ? fmt::format("dot({}, {})", d.str(), name(vector))
+                             : fmt::format("{} * {}", d.str(), name(vector)));
+  };
+  if (Value e = form.eraseStrength)
+    scaledAdjoint(e, form.key, "d.e");
+  if (Value w = form.writeStrength)
+    scaledAdjoint(w, form.value, "d.u");
+  else
+    accumulate(form.value, "d.u");
+  emitReverse();
+  std::string text = function(prologueSignature);
+
+  // The epilogue again, then the output's gradient dOut back to the read's
+  // (dRead) and the arguments'.
+  YieldOp yield = emitReadSlice();
+  // The read is the function's argument, its adjoint dRead.
+  line("dRead = {};");
+  declareAdjoints();
+  accumulate(yield.getOutput(), "dOut");
+  emitReverse();
   return text + function(epilogueSignature);
 }
 
@@ -631,7 +841,7 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
   // A key-side gate the same on every channel (or none) lets the kernel
   // take one exponential a pair of tokens instead of one a channel.
   std::string out =
-      header(layer, plan, "linac/cpu/layer.h") +
+      header(layer, plan, "linac/cpu/backward.h") +
       "namespace {\nusing namespace linac::cpu;\n\n"
       "struct Layer {\n" +
       emitter.constants(fmt::format(
@@ -644,6 +854,18 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
         "Operands<K, V, kNormalizer> &out)",
         "static void epilogue(const Token<Layer> &token, const Vec<V> &read, "
         "float *out)");
+  // The backward covers the chunkwise layers without a value-side decay or
+  // a normaliser.
+  bool backward = !recurrent && !emitter.form.valueDecay &&
+                  !layer.getStateType().getNormalized();
+  if (backward)
+    out += emitter.chunkBackwardFunctions(
+        "static void prologueBackward(const Token<Layer> &token, "
+        "const Operands<K, V, kNormalizer> &d, "
+        "const TokenGradients<Layer> &grad)",
+        "static void epilogueBackward(const Token<Layer> &token, "
+        "const Vec<V> &read, const Vec<V> &dOut, Vec<V> &dRead, "
+        "const TokenGradients<Layer> &grad)");
   // Every layer has the step: the recurrent scan runs it, and so does decode.
   out += emitter.stepFunction(
       kCpuFlavor, "template <typename Token> static void step(const Token &token, "
@@ -655,6 +877,10 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
          "  return linac::cpu::forward<Layer>(*args);\n}\n\n"
          "extern \"C\" int linac_cpu_decode(const linac_cpu_decode_args *args) {\n"
          "  return linac::cpu::decode<Layer>(*args);\n}\n";
+  if (backward)
+    out += "\nextern \"C\" int linac_cpu_backward("
+           "const linac_cpu_backward_args *args) {\n"
+           "  return linac::cpu::backward<Layer>(*args);\n}\n";
   if (emitter.failed)
     return failure();
   return out;

@@ -1,6 +1,7 @@
 //===- linac-run.cpp - run, describe and time packages without MLIR -------===//
 //
-//   linac-run run NAME.linac --inputs DIR --outputs DIR [--decode]  .npy in and out
+//   linac-run run NAME.linac --inputs DIR --outputs DIR [--decode | --backward]
+//                                                     .npy in and out
 //   linac-run describe NAME.linac                     arguments and shapes
 //   linac-run bench NAME.linac... [--shape B,T,H] [--decode]  timings, JSON
 //
@@ -48,12 +49,65 @@ struct RunOptions {
   std::string package, inputs, outputs;
   float scale = 0.0f;
   int threads = 0;
-  bool decode = false;
+  bool decode = false, backward = false;
 
   std::string path(const std::string &name) const {
     return inputs + "/" + name + ".npy";
   }
 };
+
+/// `run --backward`: the gradients of <grad_o, o> + <grad_final_state, final
+/// state> for the forward pass `forward` ran, one file an argument and the
+/// initial state's, grad_NAME.npy.
+int backwardPass(const RunOptions &options, const linac::Package &package,
+                 const linac::ForwardRequest &forward,
+                 const std::vector<int64_t> &outputShape,
+                 const std::vector<int64_t> &stateShape) {
+  auto readShaped = [&](const std::string &name,
+                        const std::vector<int64_t> &shape,
+                        std::vector<float> &into) -> std::optional<int> {
+    linac::NpyArray array = linac::readNpy(options.path(name));
+    if (array.shape != shape)
+      return fail(name + " has shape " + array.shapeString() + ", expected [" +
+                  joined(shape) + "]");
+    into = array.toFloat();
+    return std::nullopt;
+  };
+  if (!fs::exists(options.path("grad_o")))
+    return fail("--backward needs the output's gradient, " +
+                options.path("grad_o"));
+  linac::BackwardRequest request;
+  request.forward = forward;
+  std::vector<float> dOutput, dFinal;
+  if (auto failed = readShaped("grad_o", outputShape, dOutput))
+    return *failed;
+  request.dOutput = dOutput.data();
+  if (fs::exists(options.path("grad_final_state"))) {
+    if (auto failed = readShaped("grad_final_state", stateShape, dFinal))
+      return *failed;
+    request.dFinalState = dFinal.data();
+  }
+  std::map<std::string, std::vector<float>> gradients;
+  for (const auto &[name, tensor] : forward.tensors) {
+    size_t size = 1;
+    for (int64_t extent : tensor.shape)
+      size *= size_t(extent);
+    gradients[name].assign(size, 0.0f);
+    request.gradients[name] = gradients[name].data();
+  }
+  size_t stateSize = 1;
+  for (int64_t extent : stateShape)
+    stateSize *= size_t(extent);
+  std::vector<float> dInitial(stateSize);
+  request.dInitialState = dInitial.data();
+  package.backward(request);
+  for (const auto &[name, tensor] : forward.tensors)
+    linac::writeNpy(options.outputs + "/grad_" + name + ".npy",
+                    linac::makeFloat32(tensor.shape, gradients[name]));
+  linac::writeNpy(options.outputs + "/grad_initial_state.npy",
+                  linac::makeFloat32(stateShape, dInitial));
+  return 0;
+}
 
 /// `run --decode`: one decode step on the pool in the inputs folder.
 int decodeStep(const RunOptions &options, const linac::Package &package,
@@ -136,6 +190,11 @@ int run(const RunOptions &options) {
                                      output));
   linac::writeNpy(options.outputs + "/final_state.npy",
                   linac::makeFloat32(stateShape, finalState));
+  if (options.backward)
+    return backwardPass(
+        options, *package, request,
+        {shape.batch, shape.tokens, shape.heads, package->valueDim()},
+        stateShape);
   return 0;
 }
 
@@ -278,10 +337,16 @@ int main(int argc, char **argv) {
   runCommand->add_option("--threads", runOptions.threads,
                          "Threads a cpu package runs on (default 0: every "
                          "core this process may use)");
-  runCommand->add_flag(
+  CLI::Option *decodeFlag = runCommand->add_flag(
       "--decode", runOptions.decode,
       "A decode step: inputs [B, n, H, ...], state_pool.npy and "
       "state_indices.npy in; o.npy and the updated state_pool.npy out");
+  runCommand
+      ->add_flag("--backward", runOptions.backward,
+                 "The forward, then its backward (cpu packages): grad_o.npy "
+                 "and optionally grad_final_state.npy in; grad_NAME.npy for "
+                 "each input and parameter and grad_initial_state.npy out")
+      ->excludes(decodeFlag);
 
   std::string describePackage;
   CLI::App *describeCommand =

@@ -407,6 +407,66 @@ TEST_F(RuntimeErrors, CApiChecksEveryPointer) {
   expectInvalid(linac_decode_host(handle, &noDecodeTensors),
                 "no tensors for num_tensors 7");
 
+  // The backward through the C API: every gradient written and finite, and
+  // its arguments' errors.
+  forward.tensors = tensors.data();
+  const std::vector<float> dOutput(output.size(), 1.0f);
+  std::map<std::string, std::vector<float>> gradientBuffers;
+  std::vector<linac_host_gradient> gradients;
+  for (const auto &[tensorName, t] : request.tensors) {
+    size_t size = 1;
+    for (int64_t extent : t.shape)
+      size *= size_t(extent);
+    std::vector<float> &buffer = gradientBuffers[tensorName];
+    buffer.assign(size, std::nanf(""));
+    gradients.push_back({tensorName.c_str(), buffer.data()});
+  }
+  linac_backward_args backward{};
+  backward.forward = forward;
+  backward.d_output = dOutput.data();
+  backward.gradients = gradients.data();
+  backward.num_gradients = gradients.size();
+  ASSERT_EQ(linac_backward_host(handle, &backward), LINAC_OK)
+      << linac_last_error();
+  for (const auto &[tensorName, buffer] : gradientBuffers)
+    EXPECT_TRUE(std::all_of(buffer.begin(), buffer.end(),
+                            [](float x) { return std::isfinite(x); }))
+        << "gradient of " << tensorName;
+  expectInvalid(linac_backward_host(nullptr, &backward),
+                "linac_backward_host needs a package and arguments");
+  expectInvalid(linac_backward_host(handle, nullptr),
+                "linac_backward_host needs a package and arguments");
+  linac_backward_args noDOutput = backward;
+  noDOutput.d_output = nullptr;
+  expectInvalid(linac_backward_host(handle, &noDOutput),
+                "no output gradient (dOutput)");
+  linac_backward_args noGradients = backward;
+  noGradients.gradients = nullptr;
+  expectInvalid(linac_backward_host(handle, &noGradients),
+                "num_gradients is 7 but gradients is NULL");
+  std::vector<linac_host_gradient> badGradients = gradients;
+  badGradients[0].name = nullptr;
+  backward.gradients = badGradients.data();
+  expectInvalid(linac_backward_host(handle, &backward),
+                "gradient 0 has no name");
+  badGradients = gradients;
+  badGradients[1].name = badGradients[0].name;
+  backward.gradients = badGradients.data();
+  expectInvalid(linac_backward_host(handle, &backward),
+                "two gradients of '" + std::string(badGradients[0].name) + "'");
+  badGradients = gradients;
+  badGradients[2].name = "nonexistent";
+  backward.gradients = badGradients.data();
+  expectInvalid(linac_backward_host(handle, &backward),
+                "gradient of 'nonexistent', which is not an input or "
+                "parameter of layer 'gated_deltanet'");
+  badGradients = gradients;
+  badGradients[3].data = nullptr;
+  backward.gradients = badGradients.data();
+  expectInvalid(linac_backward_host(handle, &backward),
+                "gradient of '" + std::string(badGradients[3].name) +
+                    "' has no data");
+
   linac_device_forward_args deviceForward{};
   expectInvalid(linac_forward_device(nullptr, &deviceForward),
                 "linac_forward_device needs a package and arguments");

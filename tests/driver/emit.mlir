@@ -25,10 +25,29 @@
 // SOURCE-NEXT: const auto v_arg_q = l2norm(arg_q, 1e-06f);  // %arg_q = linac.l2norm %q
 // SOURCE-NEXT: const auto zero = 0.0f;  // %zero = arith.constant
 // SOURCE-NEXT: const auto my_gate = minimum(float_1, zero);  // %my.gate = arith.minimumf %float, %zero
+// The reverse of the prologue: an adjoint grad_NAME for each value, seeded
+// from the operands' gradients d, each op's derivative after a comment
+// naming the op, each argument's into its gradient row. A constant has no
+// adjoint.
+// SOURCE: static void prologueBackward(
+// SOURCE: float grad_my_gate = 0.0f;
+// SOURCE-NEXT: grad_v_arg_q = grad_v_arg_q + d.q;
+// SOURCE-NEXT: grad_state_1 = grad_state_1 + d.k;
+// SOURCE-NEXT: grad_my_gate = grad_my_gate + sum(d.gk);
+// SOURCE-NEXT: grad_state_1 = grad_state_1 + read_1 * d.e;
+// SOURCE-NEXT: grad_read_1 = grad_read_1 + dot(d.e, state_1);
+// SOURCE-NEXT: grad_arg_v = grad_arg_v + d.u;
+// SOURCE-NEXT: // back through %my.gate = arith.minimumf %float, %zero
+// SOURCE-NEXT: grad_float_1 = grad_float_1 + whereAtLeast(zero, float_1, grad_my_gate);
+// SOURCE-NOT: grad_zero
+// SOURCE: addGradient(grad.input(0), grad_arg_q);
+// SOURCE: static void epilogueBackward(
+// SOURCE: dRead = dRead + dOut;
 // SOURCE: state.decay(Vec<16>::splat(my_gate));  // %S1 = linac.decay %S, %my.gate
 // SOURCE-NEXT: state.erase(state_1, Vec<16>::splat(read_1) * state_1);  // %S2 = linac.erase %S1, %state, %read
 // SOURCE-NEXT: state.write(state_1, arg_v, 1.0f);  // %S3 = linac.write %S2, %state, %v
 // SOURCE-NEXT: const auto o = state.read(v_arg_q, scale);  // %o = linac.read %S3, %arg_q
+// SOURCE: extern "C" int linac_cpu_backward(
 
 // CUDA: #include "linac/cuda/layer.h"
 // CUDA: const auto state_1 = l2norm(arg_k, 1e-06f);  // %state = linac.l2norm %k

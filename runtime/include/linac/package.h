@@ -67,6 +67,19 @@ struct ForwardRequest {
   int64_t segmentTokens = 0;
 };
 
+/// The gradients of L = <dOutput, output> + <dFinalState, final state> of
+/// the forward pass `forward` describes (its output and final state unused)
+/// with respect to its inputs, parameters and initial state.
+struct BackwardRequest {
+  ForwardRequest forward;
+  const float *dOutput = nullptr;     ///< [B, T, H, V]
+  const float *dFinalState = nullptr; ///< as the states, or null for zeros
+  /// Each input's and parameter's gradient, by name, shaped as its tensor;
+  /// an argument left out gets none.
+  std::map<std::string, float *> gradients;
+  float *dInitialState = nullptr; ///< as the states, or null
+};
+
 /// The manifest's name of `dtype` ("float32", "bfloat16", "float16"), or
 /// null for a value outside the enum.
 const char *dtypeName(DType dtype);
@@ -179,6 +192,12 @@ public:
   ForwardShape check(const DeviceForwardRequest &request) const;
   /// Runs the forward pass of a cpu package on host buffers.
   void forward(const ForwardRequest &request) const;
+  /// Whether the package's kernel has a backward pass: a cpu package of a
+  /// chunkwise layer without a value-side decay or a normaliser.
+  bool hasBackward() const { return backward_ != nullptr; }
+  /// Runs the backward pass of a cpu package on host buffers, overwriting
+  /// the gradients.
+  void backward(const BackwardRequest &request) const;
   /// Runs a decode step of a cpu package on host buffers.
   void decode(const DecodeRequest &request) const;
   /// Enqueues a decode step of a CUDA package on the request's stream.
@@ -237,6 +256,7 @@ private:
   void *library_ = nullptr;
   void *forward_ = nullptr;
   void *decode_ = nullptr;
+  void *backward_ = nullptr; ///< linac_cpu_backward, where the kernel has one
   int64_t maxDecodeTokens_ = 0;
   /// Decode items a (sequence, head) state makes, one per strip of it.
   int64_t decodeParts_ = 1;

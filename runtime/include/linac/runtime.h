@@ -120,6 +120,31 @@ linac_status linac_package_dims(const linac_package *package,
 linac_status linac_forward_host(linac_package *package,
                                 const linac_forward_args *args);
 
+/* A gradient buffer, float32 in C order, shaped as the input or parameter
+ * it is the gradient of, and named as it. */
+typedef struct linac_host_gradient {
+  const char *name;
+  float *data;
+} linac_host_gradient;
+
+/* The gradients of L = <d_output, output> + <d_final_state, final state> of
+ * the forward pass `forward` describes (its output and final_state unused)
+ * with respect to its inputs, parameters and initial state. */
+typedef struct linac_backward_args {
+  linac_forward_args forward;
+  const float *d_output;                /* [B, T, H, V] */
+  const float *d_final_state;           /* [N, H, K, V], or NULL for zeros */
+  const linac_host_gradient *gradients; /* an argument left out gets none */
+  size_t num_gradients;
+  float *d_initial_state; /* [N, H, K, V], or NULL */
+} linac_backward_args;
+
+/* Runs the backward pass of a cpu package on host buffers, overwriting the
+ * gradients. LINAC_ERROR_PACKAGE for a layer without one (the CPU backward
+ * covers chunkwise layers without a value-side decay or a normaliser). */
+linac_status linac_backward_host(linac_package *package,
+                                 const linac_backward_args *args);
+
 /* A decode step on host buffers: args->tensors are inputs [B, n, H, ...]
  * (n new tokens per sequence, 1 to the package's maximum, 8) and
  * parameters; each sequence's state is read from and written back to the

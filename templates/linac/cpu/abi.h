@@ -1,8 +1,9 @@
 /*===- abi.h - the calling convention of CPU layer packages -------*- C -*-===*
  *
  * A CPU package's shared object exports `linac_cpu_forward` (prefill) and
- * `linac_cpu_decode` with these signatures. The runtime validates every
- * argument before the call; the kernel trusts them.
+ * `linac_cpu_decode` with these signatures, and `linac_cpu_backward` where
+ * its layer has a backward pass. The runtime validates every argument
+ * before the call; the kernel trusts them.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -56,8 +57,24 @@ typedef struct linac_cpu_decode_args {
   int32_t threads; /* workers, at least 1 */
 } linac_cpu_decode_args;
 
+/* The gradients of L = <d_output, output> + <d_final_state, final state>
+ * with respect to every input, parameter and the initial state, for the
+ * forward pass `forward` describes (its output and final_state unused).
+ * Gradient buffers are laid out as their tensors and added to: the caller
+ * zeroes them. An input shared by a group of heads sums its heads'
+ * gradients, a parameter its tokens'. */
+typedef struct linac_cpu_backward_args {
+  linac_cpu_forward_args forward;
+  const float *d_output;      /* [tokens, H, V] */
+  const float *d_final_state; /* as the states, or NULL for zeros */
+  float *const *input_grads;  /* in manifest order, as the inputs */
+  float *const *param_grads;  /* in manifest order, as the parameters */
+  float *d_initial_state;     /* as the states, or NULL */
+} linac_cpu_backward_args;
+
 typedef int (*linac_cpu_forward_fn)(const linac_cpu_forward_args *args);
 typedef int (*linac_cpu_decode_fn)(const linac_cpu_decode_args *args);
+typedef int (*linac_cpu_backward_fn)(const linac_cpu_backward_args *args);
 typedef int (*linac_cpu_abi_version_fn)(void);
 
 #ifdef __cplusplus

@@ -1,0 +1,150 @@
+//===- layer_backward_test.cpp - packages' backward against the reference -===//
+//
+// Every example and extra spec the CPU backward covers (chunkwise, without
+// a value-side decay or a normaliser), compiled as a package and run
+// through Package::backward on fresh random inputs, against the fp64
+// reference's gradients of L = <dO, output> + <dS, final state>: each
+// input's, each parameter's and the initial state's within 1e-5; and the
+// layers it does not cover refused by name.
+//
+//===----------------------------------------------------------------------===//
+
+#include "harness.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace fs = std::filesystem;
+using namespace linac;
+using namespace linac::harness;
+
+namespace {
+
+std::shared_ptr<Package> packageOf(const fs::path &spec) {
+  return compiled(spec, {16, 16},
+                  fs::path(testing::TempDir()) / "linac_cpu_layer_backward");
+}
+
+/// Whether the CPU backward covers the package's layer.
+bool covered(const Package &package) {
+  const manifest::Manifest &info = package.info();
+  return info.plan.family != manifest::Family::Recurrent &&
+         !info.normalForm.valueDecay && !info.normalForm.normalizer;
+}
+
+void check(const Package &package, const Case &c) {
+  const Dims dims{16, 16};
+  Problem problem = makeProblem(package, dims, c);
+  std::mt19937 rng(std::random_device{}());
+  const Seeds seeds = normalSeeds(reference::run(problem.reference), rng);
+  const reference::Gradients want =
+      reference::gradients(problem.reference, seeds.output, seeds.finalState);
+
+  BackwardRequest request;
+  request.forward.cuSeqlens = c.cuSeqlens;
+  for (const auto &[name, argument] : problem.arguments)
+    request.forward.tensors[name] = {argument.values.data(), argument.shape};
+  if (!problem.initialState.empty())
+    request.forward.initialState = problem.initialState.data();
+  const std::vector<float> dOutput(seeds.output.begin(), seeds.output.end());
+  const std::vector<float> dFinal(seeds.finalState.begin(),
+                                  seeds.finalState.end());
+  request.dOutput = dOutput.data();
+  request.dFinalState = dFinal.data();
+  // Poisoned, so that a gradient the backward leaves unwritten shows.
+  std::map<std::string, std::vector<float>> gradients;
+  for (const auto &[name, argument] : problem.arguments)
+    request.gradients[name] =
+        gradients
+            .emplace(name,
+                     std::vector<float>(argument.values.size(), std::nanf("")))
+            .first->second.data();
+  std::vector<float> dInitial(problem.stateSize, std::nanf(""));
+  request.dInitialState = dInitial.data();
+  package.backward(request);
+
+  const nlohmann::json &step = problem.reference.step;
+  auto compareAll = [&](const char *role,
+                        const std::vector<std::vector<double>> &expected) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const std::string name = step[role][i]["name"];
+      EXPECT_LE(
+          relativeError(gradients.at(name), expected[i], 0, expected[i].size()),
+          1e-5)
+          << "gradient of " << name;
+    }
+  };
+  compareAll("inputs", want.inputs);
+  compareAll("params", want.params);
+  EXPECT_LE(
+      relativeError(dInitial, want.initialState, 0, want.initialState.size()),
+      1e-5)
+      << "gradient of the initial state";
+}
+
+class LayerBackward : public testing::TestWithParam<fs::path> {};
+
+TEST_P(LayerBackward, VariableLengthsWithInitialState) {
+  auto package = packageOf(GetParam());
+  if (!covered(*package))
+    GTEST_SKIP() << "not a layer the CPU backward covers";
+  ASSERT_TRUE(package->hasBackward());
+  Case c;
+  c.batch = 1;
+  // Empty, short, a chunk and a short one, two and a piece.
+  c.cuSeqlens = {0, 0, 1, 70, 200};
+  c.initialState = true;
+  check(*package, c);
+}
+
+TEST_P(LayerBackward, GroupedHeads) {
+  auto package = packageOf(GetParam());
+  if (!covered(*package))
+    GTEST_SKIP() << "not a layer the CPU backward covers";
+  Case c;
+  c.tokens = 90;
+  c.heads = 4;
+  c.keyHeads = 2;
+  check(*package, c);
+}
+
+TEST_P(LayerBackward, StrongAndZeroGates) {
+  auto package = packageOf(GetParam());
+  if (!covered(*package))
+    GTEST_SKIP() << "not a layer the CPU backward covers";
+  for (GateRange gates : {GateRange::Strong, GateRange::Zero}) {
+    SCOPED_TRACE(gates == GateRange::Strong ? "strong gates" : "zero gates");
+    Case c;
+    c.tokens = 130;
+    c.gates = gates;
+    c.initialState = true;
+    check(*package, c);
+  }
+}
+
+TEST_P(LayerBackward, UncoveredLayersRefused) {
+  auto package = packageOf(GetParam());
+  if (covered(*package)) {
+    EXPECT_TRUE(package->hasBackward());
+    return;
+  }
+  EXPECT_FALSE(package->hasBackward());
+  BackwardRequest request;
+  try {
+    package->backward(request);
+    FAIL() << "backward ran on a layer it does not cover";
+  } catch (const Error &error) {
+    EXPECT_EQ(error.kind, Error::Kind::Package);
+    EXPECT_NE(std::string(error.what()).find("has no backward pass"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Specs, LayerBackward, testing::ValuesIn(testSpecs()),
+                         [](const auto &info) {
+                           return info.param.stem().string();
+                         });
+
+} // namespace

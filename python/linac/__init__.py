@@ -116,13 +116,11 @@ class Layer:
                     [arrays[n].shape[0] for n in self.params if n in arrays])
         return first, heads
 
-    def forward(self, *, initial_state=None, cu_seqlens=None, scale=None,
-                threads=0, **tensors):
-        """Runs a cpu package: inputs [B, T, H, ...] and parameters [H, ...]
-        by name, optional cu_seqlens [N + 1] (B = 1) and initial_state
-        [N, H, K, V] (V + 1 with a normaliser), on `threads` threads (0:
-        every core the process may use). Returns the output [B, T, H, V]
-        and the final states, float32 numpy arrays."""
+    def _forward_args(self, tensors, initial_state, cu_seqlens, scale,
+                      threads):
+        """The C API's forward arguments for `tensors`, with the arrays they
+        point to (keep them while the call runs), the output's and final
+        states' shapes."""
         import numpy as np
         arrays, shapes, structs = self._host_tensors(tensors)
         first, heads = self._leading_dims(arrays)
@@ -132,25 +130,79 @@ class Layer:
         if cu_seqlens is not None:
             cu = np.ascontiguousarray(cu_seqlens, dtype=np.int64)
             sequences = max(len(cu) - 1, 0)
-        output = np.empty((batch, tokens, heads, self.value_dim), np.float32)
-        final = np.empty((sequences, heads, self.key_dim, self.state_columns),
-                         np.float32)
+        output_shape = (batch, tokens, heads, self.value_dim)
+        state_shape = (sequences, heads, self.key_dim, self.state_columns)
         initial = None
         if initial_state is not None:
             initial = np.ascontiguousarray(initial_state, dtype=np.float32)
-            if initial.shape != final.shape:
+            if initial.shape != state_shape:
                 raise InvalidArgument(f'initial_state has shape {initial.shape},'
-                                      f' expected {final.shape}')
+                                      f' expected {state_shape}')
         args = _capi.ForwardArgs(
             structs, len(arrays),
             cu.ctypes.data_as(_capi.c_int64_p) if cu is not None else None,
             len(cu) if cu is not None else 0,
             initial.ctypes.data if initial is not None else None,
-            final.ctypes.data, output.ctypes.data, scale or 0.0,
-            _thread_count(threads))
+            None, None, scale or 0.0, _thread_count(threads))
+        kept = (arrays, shapes, structs, cu, initial)
+        return args, kept, output_shape, state_shape
+
+    def forward(self, *, initial_state=None, cu_seqlens=None, scale=None,
+                threads=0, **tensors):
+        """Runs a cpu package: inputs [B, T, H, ...] and parameters [H, ...]
+        by name, optional cu_seqlens [N + 1] (B = 1) and initial_state
+        [N, H, K, V] (V + 1 with a normaliser), on `threads` threads (0:
+        every core the process may use). Returns the output [B, T, H, V]
+        and the final states, float32 numpy arrays."""
+        import numpy as np
+        args, kept, output_shape, state_shape = self._forward_args(
+            tensors, initial_state, cu_seqlens, scale, threads)
+        output = np.empty(output_shape, np.float32)
+        final = np.empty(state_shape, np.float32)
+        args.output = output.ctypes.data
+        args.final_state = final.ctypes.data
         _capi.check(_capi.lib.linac_forward_host(self._handle,
                                                  ctypes.byref(args)))
         return output, final
+
+    def backward(self, *, d_output, d_final_state=None, initial_state=None,
+                 cu_seqlens=None, scale=None, threads=0, **tensors):
+        """The backward pass of a cpu package: the gradients of
+        <d_output, output> + <d_final_state, final state> of the forward
+        pass the same arguments run, with respect to every input and
+        parameter (by name) and to the initial state ('initial_state'),
+        float32 numpy arrays. Layers without a backward raise PackageError
+        (the CPU backward covers chunkwise layers without a value-side
+        decay or a normaliser)."""
+        import numpy as np
+        args, kept, output_shape, state_shape = self._forward_args(
+            tensors, initial_state, cu_seqlens, scale, threads)
+        arrays = kept[0]
+
+        def exactly(array, shape, name):
+            array = np.ascontiguousarray(array, dtype=np.float32)
+            if array.shape != shape:
+                raise InvalidArgument(f'{name} has shape {array.shape}, '
+                                      f'expected {shape}')
+            return array
+
+        d_output = exactly(d_output, output_shape, 'd_output')
+        d_final = (None if d_final_state is None else
+                   exactly(d_final_state, state_shape, 'd_final_state'))
+        gradients = {name: np.zeros(array.shape, np.float32)
+                     for name, array in arrays.items()}
+        d_initial = np.zeros(state_shape, np.float32)
+        entries = (_capi.HostGradient * max(len(gradients), 1))(*[
+            _capi.HostGradient(name.encode(), g.ctypes.data)
+            for name, g in gradients.items()])
+        backward = _capi.BackwardArgs(
+            args, d_output.ctypes.data,
+            d_final.ctypes.data if d_final is not None else None,
+            entries, len(gradients), d_initial.ctypes.data)
+        _capi.check(_capi.lib.linac_backward_host(self._handle,
+                                                  ctypes.byref(backward)))
+        gradients['initial_state'] = d_initial
+        return gradients
 
     __call__ = forward
 

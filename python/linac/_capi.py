@@ -46,6 +46,18 @@ class ForwardArgs(ctypes.Structure):  # linac_forward_args
                 ('scale', ctypes.c_float), ('threads', ctypes.c_int32)]
 
 
+class HostGradient(ctypes.Structure):  # linac_host_gradient
+    _fields_ = [('name', ctypes.c_char_p), ('data', ctypes.c_void_p)]
+
+
+class BackwardArgs(ctypes.Structure):  # linac_backward_args
+    _fields_ = [('forward', ForwardArgs), ('d_output', ctypes.c_void_p),
+                ('d_final_state', ctypes.c_void_p),
+                ('gradients', ctypes.POINTER(HostGradient)),
+                ('num_gradients', ctypes.c_size_t),
+                ('d_initial_state', ctypes.c_void_p)]
+
+
 class DeviceForwardArgs(ctypes.Structure):  # linac_device_forward_args
     _fields_ = [('tensors', ctypes.POINTER(DeviceTensor)),
                 ('num_tensors', ctypes.c_size_t), ('dtype', ctypes.c_int),
@@ -111,6 +123,8 @@ def _bind(lib):
                                         ctypes.POINTER(ForwardArgs)]),
         'linac_forward_device': (status, [ctypes.c_void_p,
                                           ctypes.POINTER(DeviceForwardArgs)]),
+        'linac_backward_host': (status, [ctypes.c_void_p,
+                                         ctypes.POINTER(BackwardArgs)]),
         'linac_decode_host': (status, [ctypes.c_void_p,
                                        ctypes.POINTER(DecodeArgs)]),
         'linac_decode_device': (status, [ctypes.c_void_p,

@@ -419,8 +419,10 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None,
 
 
 def _needs_backward(tensors):
+    """Whether a gradient is asked of a CUDA tensor: linac's backward runs
+    on the CPU only."""
     return torch.is_grad_enabled() and any(
-        torch.is_tensor(t) and t.requires_grad for t in tensors)
+        torch.is_tensor(t) and t.requires_grad and t.is_cuda for t in tensors)
 
 
 def _stop(stop, function, args, kwargs):
@@ -439,7 +441,8 @@ def supports(function, *args, **kwargs):
     module's functions, else (False, why): FLA's verifier protocol. The
     call goes as far as its spec: nothing compiles and nothing runs."""
     if _needs_backward(list(args) + list(kwargs.values())):
-        return False, 'linac has no backward pass yet; an input requires grad'
+        return False, ('linac has no backward pass on CUDA devices yet; an '
+                       'input requires grad')
     try:
         _stop('check', function, args, kwargs)
     except (NotImplementedError, TypeError, ValueError) as error:
@@ -464,8 +467,8 @@ _FLA_OPERATIONS = {'gated_delta_rule': ('chunk_gated_delta_rule',),
 def register_fla_backend(priority=1):
     """Registers linac with FLA's backend dispatch for the operations in
     _FLA_OPERATIONS, at `priority` (lower runs first; FLA's own backends
-    take 3 and up). A call linac does not take (a flag it refuses, an input
-    that needs a backward) falls through to FLA's next backend. FLA_LINAC=0
+    take 3 and up). A call linac does not take (a flag it refuses, a CUDA
+    input that needs a backward) falls through to FLA's next backend. FLA_LINAC=0
     in the environment turns it off. Returns the backend."""
     from fla.ops.backends import BackendRegistry, BaseBackend
 

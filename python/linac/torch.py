@@ -331,17 +331,47 @@ def _(package, tensors, initial_state, cu_seqlens, scale):
     return output, final
 
 
-def _no_backward(ctx, *grads):
-    raise NotImplementedError(
-        'linac has no backward pass yet: its layers run forward and decode '
-        'only, so do not ask for gradients through them')
+def _keep_arguments(ctx, inputs, output):
+    package, tensors, initial_state, cu_seqlens, scale = inputs
+    ctx.package, ctx.cu_seqlens, ctx.scale = package, cu_seqlens, scale
+    ctx.count = len(tensors)
+    ctx.has_initial = initial_state is not None
+    ctx.save_for_backward(*tensors, *([initial_state] if ctx.has_initial
+                                      else []))
 
 
-def _keep_nothing(ctx, inputs, output):
-    pass
+def _backward(ctx, grad_output, grad_final):
+    """The gradients of linac::forward's tensors and initial state from the
+    cpu package's backward pass; CUDA tensors have none yet."""
+    saved = ctx.saved_tensors
+    tensors = saved[:ctx.count]
+    initial = saved[ctx.count] if ctx.has_initial else None
+    first = tensors[0]
+    if first.device.type != 'cpu':
+        raise NotImplementedError(
+            'linac has no backward pass on CUDA devices yet; gradients run '
+            'on CPU tensors (cpu packages)')
+    layer = _layer(ctx.package)
+
+    def array(tensor):
+        return None if tensor is None else _float32(tensor.detach()).numpy()
+
+    names = _names(layer)
+    gradients = layer.backward(
+        d_output=array(grad_output), d_final_state=array(grad_final),
+        initial_state=array(initial),
+        cu_seqlens=None if ctx.cu_seqlens is None else
+        ctx.cu_seqlens.cpu().numpy(),
+        scale=ctx.scale,
+        **{n: array(t) for n, t in zip(names, tensors)})
+    tensor_gradients = [torch.from_numpy(gradients[n]).to(t.dtype)
+                        for n, t in zip(names, tensors)]
+    initial_gradient = (None if initial is None else
+                        torch.from_numpy(gradients['initial_state']))
+    return None, tensor_gradients, initial_gradient, None, None
 
 
-_forward.register_autograd(_no_backward, setup_context=_keep_nothing)
+_forward.register_autograd(_backward, setup_context=_keep_arguments)
 
 
 @torch.library.custom_op('linac::decode', mutates_args=('state_pool',))

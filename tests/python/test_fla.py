@@ -86,6 +86,39 @@ def test_state_v_first_variable_lengths_and_no_final_state():
     assert none is None
 
 
+def test_chunk_gated_delta_rule_gradients():
+    # Against autograd through FLA's recurrence in float64 torch ops.
+    B, T, H, K, V = 1, 70, 2, 16, 16
+    q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K) / 4
+    v, g, beta = (torch.randn(B, T, H, V), logsigmoid((B, T, H)),
+                  torch.rand(B, T, H))
+    h0 = torch.randn(B, H, K, V)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v, g, beta, h0)]
+    o, final = linac.fla.chunk_gated_delta_rule(
+        *leaves[:5], scale=0.3, initial_state=leaves[5],
+        output_final_state=True)
+    d_o, d_final = torch.randn_like(o), torch.randn_like(final)
+    ((o * d_o).sum() + (final * d_final).sum()).backward()
+
+    wide = [x.double().requires_grad_() for x in (q, k, v, g, beta, h0)]
+    wq, wk, wv, wg, wbeta, wh0 = wide
+    outputs, finals = [], []
+    for h in range(H):
+        S = wh0[0, h]
+        for t in range(T):
+            key = wk[0, t, h]
+            S = S * torch.exp(wg[0, t, h])
+            S = S + torch.outer(key, wbeta[0, t, h] * (wv[0, t, h] - S.T @ key))
+            outputs.append(0.3 * (S.T @ wq[0, t, h]))
+        finals.append(S)
+    want_o = torch.stack(outputs).reshape(1, H, T, V).transpose(1, 2)
+    want_final = torch.stack(finals).reshape(1, H, K, V)
+    ((want_o * d_o.double()).sum() +
+     (want_final * d_final.double()).sum()).backward()
+    for got, want in zip(leaves, wide):
+        assert close(got.grad, want.grad.numpy())
+
+
 def test_fused_recurrent_continues_a_chunk_pass():
     B, T, H, K, V = 2, 9, 2, 16, 16
     q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
@@ -336,12 +369,9 @@ def test_supports_answers_as_an_fla_verifier():
     accepted, why = linac.fla.supports(run, q, q, q, g, beta,
                                        cp_context=object())
     assert not accepted and 'cp_context' in why
-    accepted, why = linac.fla.supports(run, q.clone().requires_grad_(), q, q,
-                                       g, beta)
-    assert not accepted and 'backward' in why
-    with torch.no_grad():
-        assert linac.fla.supports(run, q.clone().requires_grad_(), q, q, g,
-                                  beta)[0]
+    # The backward runs on CPU tensors.
+    assert linac.fla.supports(run, q.clone().requires_grad_(), q, q, g,
+                              beta) == (True, None)
 
 
 def test_prepare_compiles_without_running(tmp_path, monkeypatch):

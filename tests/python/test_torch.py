@@ -1,6 +1,7 @@
 """linac's PyTorch operators on CPU tensors: results against the fp64
-reference, torch.library.opcheck, torch.compile(fullgraph=True), and the
-error a backward pass gets."""
+reference, torch.library.opcheck, torch.compile(fullgraph=True), and
+gradients against autograd through the same layer written in float64
+torch."""
 
 import numpy as np
 import pytest
@@ -96,11 +97,67 @@ def test_torch_compile_fullgraph(layer):
     assert torch.equal(got_o, want_o) and torch.equal(got_state, want_state)
 
 
-def test_backward_says_there_is_none(layer):
+def scalar_delta_by_token(q, k, v, g, b, A_log, initial_state, scale):
+    """test_layer's scalar_delta spec token by token in float64 torch ops,
+    written from its text, so that autograd gives its gradients."""
+    kn = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    log_a = -torch.exp(A_log) * torch.nn.functional.softplus(g)
+    beta = torch.sigmoid(b)
+    batch, tokens, heads = g.shape
+    outputs, finals = [], []
+    for n in range(batch):
+        for h in range(heads):
+            S = initial_state[n, h]
+            for t in range(tokens):
+                key = kn[n, t, h]
+                S = S * torch.exp(log_a[n, t, h])
+                S = S - beta[n, t, h] * torch.outer(key, key @ S)
+                S = S + beta[n, t, h] * torch.outer(key, v[n, t, h])
+                outputs.append(scale * (S.T @ q[n, t, h]))
+            finals.append(S)
+    o = torch.stack(outputs).reshape(batch, heads, tokens, -1).transpose(1, 2)
+    return o, torch.stack(finals).reshape(initial_state.shape)
+
+
+def test_gradients_match_autograd_through_the_recurrence(layer):
+    # 70 tokens: a whole chunk and a short one.
+    arrays, tensors = torch_arguments(layer, 2, 70, 2)
+    initial = torch.randn(2, 2, 16, 16)
+    leaves = {n: t.clone().requires_grad_() for n, t in tensors.items()}
+    start = initial.clone().requires_grad_()
+    o, final = linac.torch.forward(layer, initial_state=start, **leaves)
+    d_o, d_final = torch.randn_like(o), torch.randn_like(final)
+    ((o * d_o).sum() + (final * d_final).sum()).backward()
+
+    wide = {n: t.double().requires_grad_() for n, t in tensors.items()}
+    wide_start = initial.double().requires_grad_()
+    want_o, want_final = scalar_delta_by_token(
+        initial_state=wide_start, scale=16 ** -0.5, **wide)
+    assert relative_error(o.detach().numpy(), want_o.detach().numpy()) < TOLERANCE
+    ((want_o * d_o.double()).sum() +
+     (want_final * d_final.double()).sum()).backward()
+    for name, leaf in leaves.items():
+        assert relative_error(leaf.grad.numpy(),
+                              wide[name].grad.numpy()) < TOLERANCE, name
+    assert relative_error(start.grad.numpy(),
+                          wide_start.grad.numpy()) < TOLERANCE
+
+
+def test_gradients_without_an_initial_state_or_a_final_state(layer):
+    arrays, tensors = torch_arguments(layer, 1, 9, 2)
+    leaves = {n: t.clone().requires_grad_() for n, t in tensors.items()}
+    o, _ = linac.torch.forward(layer, **leaves)
+    o.sum().backward()
+    assert all(torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0
+               for t in leaves.values())
+
+
+def test_a_layer_without_a_backward_says_so(cache):
+    layer = linac.compile(SPECS['normalized'], cache=cache)
     arrays, tensors = torch_arguments(layer, 1, 4, 1)
     tensors['q'].requires_grad_()
     o, _ = linac.torch.forward(layer, **tensors)
-    with pytest.raises(NotImplementedError, match='no backward pass yet'):
+    with pytest.raises(linac.PackageError, match='has no backward pass'):
         o.sum().backward()
 
 

@@ -33,16 +33,15 @@ bool covered(const Package &package) {
          !info.normalForm.valueDecay && !info.normalForm.normalizer;
 }
 
-void check(const Package &package, const Case &c) {
-  const Dims dims{16, 16};
-  Problem problem = makeProblem(package, dims, c);
-  std::mt19937 rng(std::random_device{}());
-  const Seeds seeds = normalSeeds(reference::run(problem.reference), rng);
-  const reference::Gradients want =
-      reference::gradients(problem.reference, seeds.output, seeds.finalState);
-
+/// The gradients of every argument and the initial state, by name
+/// ("initial_state" for the last), of Package::backward on `problem`.
+std::map<std::string, std::vector<float>> gradientsOf(const Package &package,
+                                                      const Problem &problem,
+                                                      const Case &c,
+                                                      const Seeds &seeds) {
   BackwardRequest request;
   request.forward.cuSeqlens = c.cuSeqlens;
+  request.forward.threads = c.threads;
   for (const auto &[name, argument] : problem.arguments)
     request.forward.tensors[name] = {argument.values.data(), argument.shape};
   if (!problem.initialState.empty())
@@ -60,9 +59,23 @@ void check(const Package &package, const Case &c) {
             .emplace(name,
                      std::vector<float>(argument.values.size(), std::nanf("")))
             .first->second.data();
-  std::vector<float> dInitial(problem.stateSize, std::nanf(""));
+  std::vector<float> &dInitial = gradients["initial_state"];
+  dInitial.assign(problem.stateSize, std::nanf(""));
   request.dInitialState = dInitial.data();
   package.backward(request);
+  return gradients;
+}
+
+void check(const Package &package, const Case &c) {
+  const Dims dims{16, 16};
+  Problem problem = makeProblem(package, dims, c);
+  std::mt19937 rng(std::random_device{}());
+  const Seeds seeds = normalSeeds(reference::run(problem.reference), rng);
+  const reference::Gradients want =
+      reference::gradients(problem.reference, seeds.output, seeds.finalState);
+
+  const std::map<std::string, std::vector<float>> gradients =
+      gradientsOf(package, problem, c, seeds);
 
   const nlohmann::json &step = problem.reference.step;
   auto compareAll = [&](const char *role,
@@ -77,9 +90,9 @@ void check(const Package &package, const Case &c) {
   };
   compareAll("inputs", want.inputs);
   compareAll("params", want.params);
-  EXPECT_LE(
-      relativeError(dInitial, want.initialState, 0, want.initialState.size()),
-      1e-5)
+  EXPECT_LE(relativeError(gradients.at("initial_state"), want.initialState, 0,
+                          want.initialState.size()),
+            1e-5)
       << "gradient of the initial state";
 }
 
@@ -120,6 +133,28 @@ TEST_P(LayerBackward, StrongAndZeroGates) {
     c.gates = gates;
     c.initialState = true;
     check(*package, c);
+  }
+}
+
+TEST_P(LayerBackward, SameGradientsOnAnyThreadCount) {
+  auto package = packageOf(GetParam());
+  if (!covered(*package))
+    GTEST_SKIP() << "not a layer the CPU backward covers";
+  Case c;
+  c.batch = 1;
+  c.cuSeqlens = {0, 70, 70, 130, 135};
+  c.heads = 4;
+  c.keyHeads = 2;
+  c.initialState = true;
+  c.threads = 1;
+  Problem problem = makeProblem(*package, {16, 16}, c);
+  std::mt19937 rng(std::random_device{}());
+  const Seeds seeds = normalSeeds(reference::run(problem.reference), rng);
+  const auto one = gradientsOf(*package, problem, c, seeds);
+  for (int threads : {2, 5}) {
+    c.threads = threads;
+    EXPECT_EQ(gradientsOf(*package, problem, c, seeds), one)
+        << threads << " threads";
   }
 }
 

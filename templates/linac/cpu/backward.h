@@ -14,6 +14,11 @@
 //
 // The generated functions are the reverse of prologue and epilogue
 // (compiler/lib/Codegen.cpp); docs/design.md gives the chunk's formulas.
+// Work is spread over (sequence, group of heads) tasks, a group the heads
+// that share a row of some input, so that no two tasks add to one input
+// row; each task adds its parameters' gradients into buffers of its own,
+// summed in task order at the end, so that the result does not depend on
+// the thread count.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,12 +28,16 @@
 #include "linac/cpu/adjoint.h"
 #include "linac/cpu/layer.h"
 
+#include <numeric>
+
 namespace linac::cpu {
 
 /// Where one token of one head adds its arguments' gradients: the rows of
-/// its inputs' gradients and its parameters'.
+/// its inputs' gradients and of its parameters' (`paramGrads`, the
+/// task's).
 template <typename Layer> struct TokenGradients {
   const linac_cpu_backward_args &args;
+  float *const *paramGrads;
   int64_t token;
   int64_t head;
 
@@ -42,15 +51,15 @@ template <typename Layer> struct TokenGradients {
     const linac_cpu_forward_args &f = args.forward;
     const int64_t h =
         Token<Layer>::groupHead(head, f.num_heads, f.param_heads[i]);
-    return args.param_grads[i] + h * Layer::paramSize(i);
+    return paramGrads[i] + h * Layer::paramSize(i);
   }
 };
 
 /// The backward of one head of one sequence, its gradients added to
-/// `args`' buffers.
+/// `args`' buffers and its parameters' to `paramGrads`.
 template <typename Layer>
-void headBackward(const linac_cpu_backward_args &args, int64_t seq,
-                  int64_t head) {
+void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
+                  int64_t seq, int64_t head) {
   constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
   constexpr int G = Layer::kUniformKeyGate ? 1 : K;
   using Records = Operands<K, V, false>;
@@ -136,7 +145,7 @@ void headBackward(const linac_cpu_backward_args &args, int64_t seq,
       Layer::epilogueBackward(
           Token<Layer>{forward, token, head}, reads[t],
           Vec<V>::load(args.d_output + (token * forward.num_heads + head) * V),
-          dReads[t], TokenGradients<Layer>{args, token, head});
+          dReads[t], TokenGradients<Layer>{args, paramGrads, token, head});
     }
     std::fill(gradients.begin(), gradients.end(), Records{});
     chunkBackward(chunk, enteringState, dReads[0].x.data(), dState.data(), out);
@@ -147,25 +156,56 @@ void headBackward(const linac_cpu_backward_args &args, int64_t seq,
         d.gk[g] =
             records[t].gk[g] < kLogGateFloor ? 0.0f : float(dGate[t * G + g]);
       const int64_t token = start + t;
-      Layer::prologueBackward(Token<Layer>{forward, token, head}, d,
-                              TokenGradients<Layer>{args, token, head});
+      Layer::prologueBackward(
+          Token<Layer>{forward, token, head}, d,
+          TokenGradients<Layer>{args, paramGrads, token, head});
     }
   }
   if (args.d_initial_state)
     std::copy(dState.begin(), dState.end(), args.d_initial_state + stateAt);
 }
 
-/// The backward over every sequence and head, on the calling thread: a
-/// group's heads add to their shared inputs' gradients and every head to
-/// its parameters'.
+/// The backward over every sequence and head on args.forward.threads
+/// workers.
 template <typename Layer> int backward(const linac_cpu_backward_args &args) {
   static_assert(!Layer::kRecurrent && !Layer::kValueDecay &&
                     !Layer::kNormalizer,
                 "the backward covers chunkwise layers without a value-side "
                 "decay or a normaliser");
-  for (int64_t seq = 0; seq < args.forward.num_seqs; ++seq)
-    for (int64_t head = 0; head < args.forward.num_heads; ++head)
-      headBackward<Layer>(args, seq, head);
+  const linac_cpu_forward_args &forward = args.forward;
+  const int64_t heads = forward.num_heads;
+  // Groups of heads whose boundaries are every input's row boundaries:
+  // the greatest common divisor of the inputs' head counts.
+  int64_t groups = heads;
+  for (int i = 0; i < Layer::kNumInputs; ++i)
+    groups = std::gcd(groups, forward.input_heads[i]);
+  const int64_t groupHeads = heads / groups;
+  const int64_t tasks = forward.num_seqs * groups;
+
+  // Each task's parameters' gradients, one buffer a parameter.
+  std::vector<int64_t> paramFloats(Layer::kNumParams);
+  int64_t taskFloats = 0;
+  for (int i = 0; i < Layer::kNumParams; ++i)
+    taskFloats += paramFloats[i] = forward.param_heads[i] * Layer::paramSize(i);
+  std::vector<float> taskParams(size_t(tasks * taskFloats), 0.0f);
+  forEachTask(tasks, forward.threads, [&](int64_t task) {
+    std::vector<float *> paramGrads(Layer::kNumParams);
+    float *next = taskParams.data() + task * taskFloats;
+    for (int i = 0; i < Layer::kNumParams; ++i) {
+      paramGrads[i] = next;
+      next += paramFloats[i];
+    }
+    const int64_t seq = task / groups, group = task % groups;
+    for (int64_t head = group * groupHeads; head < (group + 1) * groupHeads;
+         ++head)
+      headBackward<Layer>(args, paramGrads.data(), seq, head);
+  });
+  for (int64_t task = 0; task < tasks; ++task) {
+    const float *from = taskParams.data() + task * taskFloats;
+    for (int i = 0; i < Layer::kNumParams; ++i)
+      for (int64_t x = 0; x < paramFloats[i]; ++x)
+        args.param_grads[i][x] += *from++;
+  }
   return 0;
 }
 

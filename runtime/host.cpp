@@ -99,12 +99,6 @@ void Package::forward(const ForwardRequest &request) const {
 
 void Package::backward(const BackwardRequest &request) const {
   requireTarget(/*device=*/false);
-  if (!backward_)
-    throw Error(Error::Kind::Package,
-                "layer '" + layer_ +
-                    "' has no backward pass: the CPU backward covers "
-                    "chunkwise layers without a value-side decay or a "
-                    "normaliser");
   const ForwardRequest &forward = request.forward;
   ForwardShape shape = check(forward);
   if (!request.dOutput)

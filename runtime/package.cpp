@@ -247,8 +247,9 @@ void Package::loadKernels(const std::string &path) {
   decode_ = dlsym(library_, decodeEntry_.c_str());
   if (!decode_)
     throw packageError(path, "kernel has no entry '" + decodeEntry_ + "'");
-  // Layers the backward does not cover export none.
   backward_ = dlsym(library_, "linac_cpu_backward");
+  if (!backward_)
+    throw packageError(path, "kernel has no entry 'linac_cpu_backward'");
 }
 
 Package::Package() = default;

@@ -96,19 +96,23 @@ bool isReservedIdentifier(StringRef name) {
       "minimum", "exp_", "exp2_", "log_", "log2_", "log1p_", "sqrt_", "rsqrt",
       "tanh_", "abs_", "pow_", "sigmoid", "softplus", "dot", "l2norm",
       // The backward functions' parameters and helpers (adjoint.h).
-      "d", "dOut", "dRead", "grad", "Operands", "TokenGradients", "sum",
-      "whereAtLeast", "sign_", "l2normGradient", "addGradient"};
+      "d", "dOut", "dRead", "dState", "grad", "Operands", "TokenGradients",
+      "sum", "whereAtLeast", "sign_", "l2normGradient", "addGradient",
+      "decayBackward", "matrixGateBackward", "eraseBackward", "writeBackward",
+      "readBackward"};
   return reserved.contains(name);
 }
 
 /// Whether `name` has the form of a name the generated code or C++ keeps for
-/// itself: an argument's (arg_q), an adjoint's (grad_kn), a constant's
-/// (kErase), or one with a leading or double underscore.
+/// itself: an argument's (arg_q), an adjoint's (grad_kn), a state op's in
+/// a backward step (step_before_3), a constant's (kErase), or one with a
+/// leading or double underscore.
 bool hasReservedForm(StringRef name) {
   bool constantName =
       name.size() > 1 && name[0] == 'k' && llvm::isUpper(name[1]);
   return name.starts_with("arg_") || name.starts_with("grad_") ||
-         constantName || name.starts_with("_") || name.contains("__");
+         name.starts_with("step_") || constantName || name.starts_with("_") ||
+         name.contains("__");
 }
 
 /// The name the spec gave an op's result, which the front end keeps as the
@@ -171,6 +175,8 @@ public:
   /// CPU: prologueBackward and epilogueBackward.
   std::string chunkBackwardFunctions(StringRef prologueSignature,
                                      StringRef epilogueSignature);
+  /// The reverse of the whole step, token by token: stepBackward.
+  std::string stepBackwardFunction(StringRef signature);
   /// The whole step, for the recurrent scan.
   std::string stepFunction(const Flavor &flavor, StringRef signature,
                            Placement placement = Placement::BodyOrder);
@@ -186,9 +192,17 @@ private:
   /// What the function being emitted calls the values it has so far.
   llvm::DenseMap<Value, std::string> names;
   std::string body;
-  /// The arguments and pure ops the function being emitted computes, in
-  /// order: what its reverse walks back through.
+  /// The arguments, pure ops, state ops (their results) and reads (their
+  /// outputs) the function being emitted computes, in order: what its
+  /// reverse walks back through.
   SmallVector<Value> computed;
+  /// Whether each state op but a write, and each read, first keeps the
+  /// state it takes (step_before_N, N its place in `computed`), for a
+  /// backward step.
+  bool tapeStates = false;
+  /// The read whose value is the function's argument `read` (the
+  /// epilogue's), its adjoint the argument dRead; null for none.
+  Value readArgument;
 
   std::string name(Value value) { return names.lookup(value); }
   /// How the spec names `value`, with its %.
@@ -227,10 +241,20 @@ private:
   void accumulate(Value value, const std::string &term);
   /// The adjoints of `op`'s operands from its result's.
   void emitAdjoint(Operation *op);
+  /// The reverse of state op or read `op`, the `index`th value computed:
+  /// dState from its result's gradient to its operand's, and its other
+  /// operands' adjoints.
+  void emitStateAdjoint(Operation *op, size_t index);
+  /// Adds the adjoints of `vector` and its strength from `d`, the gradient
+  /// of strength (.) vector (a scalar strength taken by every element).
+  void accumulateScaled(Value strength, Value vector, StringRef d);
   /// Walks `computed` back: each op's adjoint, then each argument's into
   /// its gradient.
   void emitReverse();
   std::string sumOf(ArrayRef<Value> gates, bool keySide);
+  /// A decay's key-side gate as a key vector: zeros for none, a scalar's
+  /// splat.
+  std::string keyGateVector(Value gate);
   /// `vector` scaled by a scalar or vector strength, or as is without one.
   std::string scaled(Value strength, const std::string &vector, bool keySide);
 };
@@ -369,13 +393,14 @@ void BodyEmitter::emitEraseWrite(EraseOp e, WriteOp w) {
 }
 
 void BodyEmitter::emitStateOp(Operation *op) {
+  // A write's reverse needs none.
+  if (tapeStates && !isa<WriteOp>(op))
+    line(fmt::format("const auto step_before_{} = state.copy();",
+                     computed.size()));
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](DecayOp d) {
         Value gk = d.getKeyGate(), gv = d.getValueGate();
-        std::string key = !gk ? keyVec() + "{}"
-                          : gk.getType().isF32()
-                              ? fmt::format("{}::splat({})", keyVec(), name(gk))
-                              : name(gk);
+        std::string key = keyGateVector(gk);
         if (!gv)
           line(fmt::format("state.decay({});", key), specComment(op));
         else
@@ -406,6 +431,7 @@ void BodyEmitter::emitStateOp(Operation *op) {
   for (Value result : op->getResults())
     if (isa<StateType>(result.getType()))
       names[result] = "state";
+  computed.push_back(op->getResult(0));
 }
 
 /// Whether `op` computes a value from values alone (no state in or out).
@@ -525,6 +551,14 @@ std::string BodyEmitter::sumOf(ArrayRef<Value> gates, bool keySide) {
   return sum;
 }
 
+std::string BodyEmitter::keyGateVector(Value gate) {
+  if (!gate)
+    return keyVec() + "{}";
+  return gate.getType().isF32()
+             ? fmt::format("{}::splat({})", keyVec(), name(gate))
+             : name(gate);
+}
+
 std::string BodyEmitter::scaled(Value strength, const std::string &vector,
                                 bool keySide) {
   return strength ? fmt::format("{} * {}", sumOf({strength}, keySide), vector)
@@ -539,8 +573,10 @@ std::string BodyEmitter::function(StringRef signature) {
 }
 
 std::string BodyEmitter::adjoint(Value value) {
-  if (value == form.read.getOutput())
+  if (value == readArgument)
     return "dRead";
+  if (isa<StateType>(value.getType()))
+    return {};
   if (Operation *op = value.getDefiningOp();
       op && isa<arith::ConstantOp, HeadIndexOp>(op))
     return {};
@@ -654,11 +690,87 @@ void BodyEmitter::emitAdjoint(Operation *op) {
   }
 }
 
+void BodyEmitter::accumulateScaled(Value strength, Value vector, StringRef d) {
+  accumulate(vector, fmt::format("{} * {}", name(strength), d.str()));
+  accumulate(strength, strength.getType().isF32()
+                           ? fmt::format("dot({}, {})", d.str(), name(vector))
+                           : fmt::format("{} * {}", d.str(), name(vector)));
+}
+
+void BodyEmitter::emitStateAdjoint(Operation *op, size_t index) {
+  const std::string before = fmt::format("step_before_{}", index);
+  auto local = [&](StringRef what) {
+    return fmt::format("step_{}_{}", what.str(), index);
+  };
+  line("// back through " + specComment(op).substr(3));
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](DecayOp d) {
+        Value gk = d.getKeyGate(), gv = d.getValueGate();
+        std::string key = keyGateVector(gk);
+        std::string value = gv ? name(gv) : valueVec() + "{}";
+        line(fmt::format("{} {}{{}};", keyVec(), local("dgk")));
+        line(fmt::format("{} {}{{}};", valueVec(), local("dgv")));
+        line(fmt::format("decayBackward(dState, {}, {}, {}, {}, {});", before,
+                         key, value, local("dgk"), local("dgv")));
+        if (gk)
+          accumulate(gk, gk.getType().isF32()
+                             ? fmt::format("sum({})", local("dgk"))
+                             : local("dgk"));
+        if (gv)
+          accumulate(gv, local("dgv"));
+      })
+      .Case([&](MatrixGateOp m) {
+        line(fmt::format("const auto {} = matrixGateBackward(dState, {}, {});",
+                         local("dg"), before, name(m.getGate())));
+        accumulate(m.getGate(), local("dg"));
+      })
+      .Case([&](EraseOp e) {
+        line(fmt::format("{} {}{{}}, {}{{}};", keyVec(), local("dk"),
+                         local("de")));
+        line(fmt::format("eraseBackward(dState, {}, {}, {}, {}, {});", before,
+                         name(e.getKey()),
+                         scaled(e.getStrength(), name(e.getKey()), true),
+                         local("dk"), local("de")));
+        accumulate(e.getKey(), local("dk"));
+        accumulateScaled(e.getStrength(), e.getKey(), local("de"));
+      })
+      .Case([&](WriteOp w) {
+        auto [value, weight] = written(w);
+        line(fmt::format("{} {}{{}};", keyVec(), local("dk")));
+        line(fmt::format("{} {}{{}};", valueVec(), local("du")));
+        line(fmt::format("float {} = 0.0f;", local("dweight")));
+        line(fmt::format("writeBackward(dState, {}, {}, {}, {}, {}, {});",
+                         name(w.getKey()), value, weight, local("dk"),
+                         local("du"), local("dweight")));
+        accumulate(w.getKey(), local("dk"));
+        Value strength = w.getStrength();
+        if (!strength) {
+          accumulate(w.getValue(), local("du"));
+          return;
+        }
+        accumulateScaled(strength, w.getValue(), local("du"));
+        // A scalar strength is the normaliser's weight too.
+        if (strength.getType().isF32())
+          accumulate(strength, local("dweight"));
+      })
+      .Case([&](ReadOp r) {
+        line(fmt::format(
+            "const auto {} = readBackward(dState, {}, {}, scale, {});",
+            local("dq"), before, name(r.getQuery()), adjoint(r.getOutput())));
+        accumulate(r.getQuery(), local("dq"));
+      });
+}
+
 void BodyEmitter::emitReverse() {
-  for (Value value : llvm::reverse(computed)) {
+  for (size_t at = computed.size(); at-- > 0;) {
+    Value value = computed[at];
     auto arg = dyn_cast<BlockArgument>(value);
     if (!arg) {
-      emitAdjoint(value.getDefiningOp());
+      Operation *op = value.getDefiningOp();
+      if (isPure(*op))
+        emitAdjoint(op);
+      else
+        emitStateAdjoint(op, at);
       continue;
     }
     unsigned index = arg.getArgNumber() - 1;
@@ -771,17 +883,10 @@ std::string BodyEmitter::chunkBackwardFunctions(StringRef prologueSignature,
     accumulate(gate, gate.getType().isF32() ? "sum(d.gk)" : "d.gk");
   for (Value gate : form.valueGates)
     accumulate(gate, "d.gv");
-  auto scaledAdjoint = [&](Value strength, Value vector, StringRef d) {
-    bool scalar = strength.getType().isF32();
-    accumulate(vector, fmt::format("{} * {}", name(strength), d.str()));
-    accumulate(strength, scalar
-                             ? fmt::format("dot({}, {})", d.str(), name(vector))
-                             : fmt::format("{} * {}", d.str(), name(vector)));
-  };
   if (Value e = form.eraseStrength)
-    scaledAdjoint(e, form.key, "d.e");
+    accumulateScaled(e, form.key, "d.e");
   if (Value w = form.writeStrength)
-    scaledAdjoint(w, form.value, "d.u");
+    accumulateScaled(w, form.value, "d.u");
   else
     accumulate(form.value, "d.u");
   emitReverse();
@@ -791,11 +896,29 @@ std::string BodyEmitter::chunkBackwardFunctions(StringRef prologueSignature,
   // (dRead) and the arguments'.
   YieldOp yield = emitReadSlice();
   // The read is the function's argument, its adjoint dRead.
+  readArgument = form.read.getOutput();
   line("dRead = {};");
   declareAdjoints();
   accumulate(yield.getOutput(), "dOut");
   emitReverse();
+  readArgument = nullptr;
   return text + function(epilogueSignature);
+}
+
+std::string BodyEmitter::stepBackwardFunction(StringRef signature) {
+  flavor = kCpuFlavor;
+  // The step again, keeping the state each state op and read takes; then
+  // the output's gradient dOut and the leaving state's dState back to the
+  // arguments' and the entering state's.
+  names.clear();
+  auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+  tapeStates = true;
+  emitSlice({yield.getState(), yield.getOutput()}, Placement::BodyOrder);
+  tapeStates = false;
+  declareAdjoints();
+  accumulate(yield.getOutput(), "dOut");
+  emitReverse();
+  return function(signature);
 }
 
 std::string BodyEmitter::stepFunction(const Flavor &bodyFlavor,
@@ -854,11 +977,11 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
         "Operands<K, V, kNormalizer> &out)",
         "static void epilogue(const Token<Layer> &token, const Vec<V> &read, "
         "float *out)");
-  // The backward covers the chunkwise layers without a value-side decay or
-  // a normaliser.
-  bool backward = !recurrent && !emitter.form.valueDecay &&
-                  !layer.getStateType().getNormalized();
-  if (backward)
+  // The backward of a chunkwise layer without a value-side decay or a
+  // normaliser runs by chunks, reversing the prologue and the epilogue;
+  // any other's reverses the step, token by token.
+  if (!recurrent && !emitter.form.valueDecay &&
+      !layer.getStateType().getNormalized())
     out += emitter.chunkBackwardFunctions(
         "static void prologueBackward(const Token<Layer> &token, "
         "const Operands<K, V, kNormalizer> &d, "
@@ -866,21 +989,28 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
         "static void epilogueBackward(const Token<Layer> &token, "
         "const Vec<V> &read, const Vec<V> &dOut, Vec<V> &dRead, "
         "const TokenGradients<Layer> &grad)");
+  else
+    out += emitter.stepBackwardFunction(
+        "static void stepBackward(const Token<Layer> &token, "
+        "State<K, V, kNormalizer> &state, float scale, "
+        "State<K, V, kNormalizer> &dState, const Vec<V> &dOut, "
+        "const TokenGradients<Layer> &grad)");
   // Every layer has the step: the recurrent scan runs it, and so does decode.
   out += emitter.stepFunction(
       kCpuFlavor, "template <typename Token> static void step(const Token &token, "
                   "State<K, V, kNormalizer> &state, float scale, float *out)");
-  out += "};\n\n} // namespace\n\n"
-         "extern \"C\" int linac_cpu_abi_version(void) {\n"
-         "  return LINAC_CPU_ABI_VERSION;\n}\n\n"
-         "extern \"C\" int linac_cpu_forward(const linac_cpu_forward_args *args) {\n"
-         "  return linac::cpu::forward<Layer>(*args);\n}\n\n"
-         "extern \"C\" int linac_cpu_decode(const linac_cpu_decode_args *args) {\n"
-         "  return linac::cpu::decode<Layer>(*args);\n}\n";
-  if (backward)
-    out += "\nextern \"C\" int linac_cpu_backward("
-           "const linac_cpu_backward_args *args) {\n"
-           "  return linac::cpu::backward<Layer>(*args);\n}\n";
+  out +=
+      "};\n\n} // namespace\n\n"
+      "extern \"C\" int linac_cpu_abi_version(void) {\n"
+      "  return LINAC_CPU_ABI_VERSION;\n}\n\n"
+      "extern \"C\" int linac_cpu_forward(const linac_cpu_forward_args *args) "
+      "{\n"
+      "  return linac::cpu::forward<Layer>(*args);\n}\n\n"
+      "extern \"C\" int linac_cpu_decode(const linac_cpu_decode_args *args) {\n"
+      "  return linac::cpu::decode<Layer>(*args);\n}\n\n"
+      "extern \"C\" int linac_cpu_backward("
+      "const linac_cpu_backward_args *args) {\n"
+      "  return linac::cpu::backward<Layer>(*args);\n}\n";
   if (emitter.failed)
     return failure();
   return out;

@@ -171,9 +171,7 @@ class Layer:
         <d_output, output> + <d_final_state, final state> of the forward
         pass the same arguments run, with respect to every input and
         parameter (by name) and to the initial state ('initial_state'),
-        float32 numpy arrays. Layers without a backward raise PackageError
-        (the CPU backward covers chunkwise layers without a value-side
-        decay or a normaliser)."""
+        float32 numpy arrays."""
         import numpy as np
         args, kept, output_shape, state_shape = self._forward_args(
             tensors, initial_state, cu_seqlens, scale, threads)

@@ -15,8 +15,7 @@ hidden]. The layer compiles its spec for the device its inputs are on (a
 cpu package on the CPU, sm_90a or sm_80 on CUDA devices), once per process
 and cached on disk; `packages` maps targets to packages compiled elsewhere,
 which it opens instead (then the spec may be None). On CPU tensors the
-layer trains: its gradients come from the cpu package's backward pass
-(for chunkwise layers without a value-side decay or a normaliser); on
+layer trains: its gradients come from the cpu package's backward pass; on
 CUDA tensors a backward raises NotImplementedError.
 """
 

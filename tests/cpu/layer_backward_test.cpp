@@ -1,11 +1,10 @@
 //===- layer_backward_test.cpp - packages' backward against the reference -===//
 //
-// Every example and extra spec the CPU backward covers (chunkwise, without
-// a value-side decay or a normaliser), compiled as a package and run
-// through Package::backward on fresh random inputs, against the fp64
-// reference's gradients of L = <dO, output> + <dS, final state>: each
-// input's, each parameter's and the initial state's within 1e-5; and the
-// layers it does not cover refused by name.
+// Every example and extra spec, compiled as a package and run through
+// Package::backward on fresh random inputs, against the fp64 reference's
+// gradients of L = <dO, output> + <dS, final state>: each input's, each
+// parameter's and the initial state's within 1e-5, by chunks or token by
+// token as the layer goes; and the same bits on any thread count.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,13 +23,6 @@ namespace {
 std::shared_ptr<Package> packageOf(const fs::path &spec) {
   return compiled(spec, {16, 16},
                   fs::path(testing::TempDir()) / "linac_cpu_layer_backward");
-}
-
-/// Whether the CPU backward covers the package's layer.
-bool covered(const Package &package) {
-  const manifest::Manifest &info = package.info();
-  return info.plan.family != manifest::Family::Recurrent &&
-         !info.normalForm.valueDecay && !info.normalForm.normalizer;
 }
 
 /// The gradients of every argument and the initial state, by name
@@ -100,9 +92,6 @@ class LayerBackward : public testing::TestWithParam<fs::path> {};
 
 TEST_P(LayerBackward, VariableLengthsWithInitialState) {
   auto package = packageOf(GetParam());
-  if (!covered(*package))
-    GTEST_SKIP() << "not a layer the CPU backward covers";
-  ASSERT_TRUE(package->hasBackward());
   Case c;
   c.batch = 1;
   // Empty, short, a chunk and a short one, two and a piece.
@@ -113,8 +102,6 @@ TEST_P(LayerBackward, VariableLengthsWithInitialState) {
 
 TEST_P(LayerBackward, GroupedHeads) {
   auto package = packageOf(GetParam());
-  if (!covered(*package))
-    GTEST_SKIP() << "not a layer the CPU backward covers";
   Case c;
   c.tokens = 90;
   c.heads = 4;
@@ -124,8 +111,6 @@ TEST_P(LayerBackward, GroupedHeads) {
 
 TEST_P(LayerBackward, StrongAndZeroGates) {
   auto package = packageOf(GetParam());
-  if (!covered(*package))
-    GTEST_SKIP() << "not a layer the CPU backward covers";
   for (GateRange gates : {GateRange::Strong, GateRange::Zero}) {
     SCOPED_TRACE(gates == GateRange::Strong ? "strong gates" : "zero gates");
     Case c;
@@ -138,8 +123,6 @@ TEST_P(LayerBackward, StrongAndZeroGates) {
 
 TEST_P(LayerBackward, SameGradientsOnAnyThreadCount) {
   auto package = packageOf(GetParam());
-  if (!covered(*package))
-    GTEST_SKIP() << "not a layer the CPU backward covers";
   Case c;
   c.batch = 1;
   c.cuSeqlens = {0, 70, 70, 130, 135};
@@ -155,25 +138,6 @@ TEST_P(LayerBackward, SameGradientsOnAnyThreadCount) {
     c.threads = threads;
     EXPECT_EQ(gradientsOf(*package, problem, c, seeds), one)
         << threads << " threads";
-  }
-}
-
-TEST_P(LayerBackward, UncoveredLayersRefused) {
-  auto package = packageOf(GetParam());
-  if (covered(*package)) {
-    EXPECT_TRUE(package->hasBackward());
-    return;
-  }
-  EXPECT_FALSE(package->hasBackward());
-  BackwardRequest request;
-  try {
-    package->backward(request);
-    FAIL() << "backward ran on a layer it does not cover";
-  } catch (const Error &error) {
-    EXPECT_EQ(error.kind, Error::Kind::Package);
-    EXPECT_NE(std::string(error.what()).find("has no backward pass"),
-              std::string::npos)
-        << error.what();
   }
 }
 

@@ -192,9 +192,6 @@ public:
   ForwardShape check(const DeviceForwardRequest &request) const;
   /// Runs the forward pass of a cpu package on host buffers.
   void forward(const ForwardRequest &request) const;
-  /// Whether the package's kernel has a backward pass: a cpu package of a
-  /// chunkwise layer without a value-side decay or a normaliser.
-  bool hasBackward() const { return backward_ != nullptr; }
   /// Runs the backward pass of a cpu package on host buffers, overwriting
   /// the gradients.
   void backward(const BackwardRequest &request) const;
@@ -256,7 +253,7 @@ private:
   void *library_ = nullptr;
   void *forward_ = nullptr;
   void *decode_ = nullptr;
-  void *backward_ = nullptr; ///< linac_cpu_backward, where the kernel has one
+  void *backward_ = nullptr;
   int64_t maxDecodeTokens_ = 0;
   /// Decode items a (sequence, head) state makes, one per strip of it.
   int64_t decodeParts_ = 1;

@@ -140,8 +140,7 @@ typedef struct linac_backward_args {
 } linac_backward_args;
 
 /* Runs the backward pass of a cpu package on host buffers, overwriting the
- * gradients. LINAC_ERROR_PACKAGE for a layer without one (the CPU backward
- * covers chunkwise layers without a value-side decay or a normaliser). */
+ * gradients. */
 linac_status linac_backward_host(linac_package *package,
                                  const linac_backward_args *args);
 

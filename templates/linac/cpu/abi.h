@@ -1,9 +1,9 @@
 /*===- abi.h - the calling convention of CPU layer packages -------*- C -*-===*
  *
- * A CPU package's shared object exports `linac_cpu_forward` (prefill) and
- * `linac_cpu_decode` with these signatures, and `linac_cpu_backward` where
- * its layer has a backward pass. The runtime validates every argument
- * before the call; the kernel trusts them.
+ * A CPU package's shared object exports `linac_cpu_forward` (prefill),
+ * `linac_cpu_decode` and `linac_cpu_backward` with these signatures. The
+ * runtime validates every argument before the call; the kernel trusts
+ * them.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CPU_ABI_VERSION 4
+#define LINAC_CPU_ABI_VERSION 5
 
 typedef struct linac_cpu_forward_args {
   int64_t num_seqs;

@@ -1,7 +1,8 @@
 //===- backward.h - the chunkwise backward on the CPU -----------*- C++ -*-===//
 //
-// backward<Layer> runs the gradients of a chunkwise layer without a
-// value-side decay or a normaliser, one (sequence, head) at a time:
+// backward<Layer> runs the gradients of a layer, one (sequence, head) at a
+// time. A chunkwise layer without a value-side decay or a normaliser goes
+// by chunks:
 //
 //   forward: the generated prologue and chunkForward (products.h) from the
 //     initial state, keeping the state that enters each chunk;
@@ -12,7 +13,13 @@
 //     the entering state's), then prologueBackward (the operands' to the
 //     arguments').
 //
-// The generated functions are the reverse of prologue and epilogue
+// Any other layer goes token by token: the step from the initial state,
+// keeping the state every kCheckpointTokens tokens; then, from the last
+// stretch, the states entering its tokens again and the generated
+// stepBackward of each token from the last, which runs the step again,
+// keeping the state each state op takes, and walks it back.
+//
+// The generated functions are the reverse of prologue, epilogue and step
 // (compiler/lib/Codegen.cpp); docs/design.md gives the chunk's formulas.
 // Work is spread over (sequence, group of heads) tasks, a group the heads
 // that share a row of some input, so that no two tasks add to one input
@@ -165,13 +172,189 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
     std::copy(dState.begin(), dState.end(), args.d_initial_state + stateAt);
 }
 
+/// The reverses of the state ops stepBackward calls: each takes the
+/// gradient dS of the state the op leaves to that of the state it takes
+/// (`before`), and adds its other operands' gradients to the out
+/// arguments (or returns them). A normaliser's column decays by the key
+/// gate alone, takes no matrix gate, and takes the write's weight.
+
+/// S' = D_k S D_v.
+template <int K, int V, bool N>
+void decayBackward(State<K, V, N> &dS, const State<K, V, N> &before,
+                   const Vec<K> &gk, const Vec<V> &gv, Vec<K> &dgk,
+                   Vec<V> &dgv) {
+  constexpr int Columns = State<K, V, N>::kColumns;
+  std::array<double, V> columnSums{};
+  for (int i = 0; i < K; ++i) {
+    double rowSum = 0.0;
+    for (int j = 0; j < Columns; ++j) {
+      const float factor = std::exp(gk[i] + (j < V ? gv[j] : 0.0f));
+      const double term = double(dS.at(i, j)) * factor * before.at(i, j);
+      rowSum += term;
+      if (j < V)
+        columnSums[j] += term;
+      dS.at(i, j) *= factor;
+    }
+    dgk[i] += float(rowSum);
+  }
+  for (int j = 0; j < V; ++j)
+    dgv[j] += float(columnSums[j]);
+}
+
+/// S' = exp(G) (.) S; returns G's gradient.
+template <int K, int V, bool N>
+Mat<K, V> matrixGateBackward(State<K, V, N> &dS, const State<K, V, N> &before,
+                             const Mat<K, V> &g) {
+  Mat<K, V> dg;
+  for (int i = 0; i < K; ++i)
+    for (int j = 0; j < V; ++j) {
+      const float factor = std::exp(g[i * V + j]);
+      dg[i * V + j] = dS.at(i, j) * factor * before.at(i, j);
+      dS.at(i, j) *= factor;
+    }
+  return dg;
+}
+
+/// S' = S - k (e^T S).
+template <int K, int V, bool N>
+void eraseBackward(State<K, V, N> &dS, const State<K, V, N> &before,
+                   const Vec<K> &k, const Vec<K> &e, Vec<K> &dk, Vec<K> &de) {
+  constexpr int Columns = State<K, V, N>::kColumns;
+  std::array<double, Columns> eS{}, kG{};
+  for (int i = 0; i < K; ++i)
+    for (int j = 0; j < Columns; ++j) {
+      eS[j] += double(e[i]) * before.at(i, j);
+      kG[j] += double(k[i]) * dS.at(i, j);
+    }
+  for (int i = 0; i < K; ++i) {
+    double dki = 0.0, dei = 0.0;
+    for (int j = 0; j < Columns; ++j) {
+      dki -= dS.at(i, j) * eS[j];
+      dei -= before.at(i, j) * kG[j];
+      dS.at(i, j) -= float(e[i] * kG[j]);
+    }
+    dk[i] += float(dki);
+    de[i] += float(dei);
+  }
+}
+
+/// S' = S + k u^T, the normaliser's column plus k `weight`.
+template <int K, int V, bool N>
+void writeBackward(const State<K, V, N> &dS, const Vec<K> &k, const Vec<V> &u,
+                   float weight, Vec<K> &dk, Vec<V> &du, float &dweight) {
+  std::array<double, V> columnSums{};
+  double weightSum = 0.0;
+  for (int i = 0; i < K; ++i) {
+    double dki = 0.0;
+    for (int j = 0; j < V; ++j) {
+      dki += double(dS.at(i, j)) * u[j];
+      columnSums[j] += double(k[i]) * dS.at(i, j);
+    }
+    if constexpr (N) {
+      dki += double(dS.at(i, V)) * weight;
+      weightSum += double(k[i]) * dS.at(i, V);
+    }
+    dk[i] += float(dki);
+  }
+  for (int j = 0; j < V; ++j)
+    du[j] += float(columnSums[j]);
+  dweight += float(weightSum);
+}
+
+/// o = scale S^T q, divided by max(|n . q scale|, 1) with a normaliser
+/// (whose gradient is 0 where that is 1, as the reference's); `state` is
+/// the state read, `dOut` o's gradient. Returns q's.
+template <int K, int V, bool N>
+Vec<K> readBackward(State<K, V, N> &dS, const State<K, V, N> &state,
+                    const Vec<K> &q, float scale, const Vec<V> &dOut) {
+  constexpr int Columns = State<K, V, N>::kColumns;
+  std::array<double, Columns> raw{}, dRaw{};
+  for (int i = 0; i < K; ++i)
+    for (int j = 0; j < Columns; ++j)
+      raw[j] += double(state.at(i, j)) * q[i] * scale;
+  for (int j = 0; j < V; ++j)
+    dRaw[j] = dOut[j];
+  if constexpr (N) {
+    const double m = raw[V], divisor = std::max(std::fabs(m), 1.0);
+    double dDivisor = 0.0;
+    for (int j = 0; j < V; ++j) {
+      dRaw[j] = dOut[j] / divisor;
+      dDivisor -= dOut[j] * raw[j] / (divisor * divisor);
+    }
+    dRaw[V] = std::fabs(m) > 1.0 ? (m > 0.0 ? dDivisor : -dDivisor) : 0.0;
+  }
+  Vec<K> dq;
+  for (int i = 0; i < K; ++i) {
+    double sum = 0.0;
+    for (int j = 0; j < Columns; ++j) {
+      sum += double(state.at(i, j)) * dRaw[j];
+      dS.at(i, j) += float(q[i] * scale * dRaw[j]);
+    }
+    dq[i] = float(sum * scale);
+  }
+  return dq;
+}
+
+/// Tokens between the states a token-by-token backward keeps.
+inline constexpr int kCheckpointTokens = 64;
+
+/// The token-by-token backward of one head of one sequence, its gradients
+/// added to `args`' buffers and its parameters' to `paramGrads`.
+template <typename Layer>
+void stepHeadBackward(const linac_cpu_backward_args &args,
+                      float *const *paramGrads, int64_t seq, int64_t head) {
+  constexpr int K = Layer::K, V = Layer::V, C = kCheckpointTokens;
+  using HeadState = State<K, V, Layer::kNormalizer>;
+  const linac_cpu_forward_args &forward = args.forward;
+  const int64_t begin = forward.cu_seqlens[seq],
+                end = forward.cu_seqlens[seq + 1];
+  const int64_t stretches = (end - begin + C - 1) / C;
+  const size_t stateAt =
+      size_t(seq * forward.num_heads + head) * HeadState::kSize;
+  const float scale = readScale<Layer>(forward);
+  std::vector<float> unused(V);
+
+  HeadState state;
+  if (forward.initial_state)
+    state.load(forward.initial_state + stateAt);
+  std::vector<float> checkpoints(size_t(stretches) * HeadState::kSize);
+  for (int64_t t = begin; t < end; ++t) {
+    if ((t - begin) % C == 0)
+      state.store(checkpoints.data() + (t - begin) / C * HeadState::kSize);
+    Layer::step(Token<Layer>{forward, t, head}, state, scale, unused.data());
+  }
+
+  HeadState dState;
+  if (args.d_final_state)
+    dState.load(args.d_final_state + stateAt);
+  std::vector<float> entering(size_t(C) * HeadState::kSize);
+  for (int64_t c = stretches - 1; c >= 0; --c) {
+    const int64_t start = begin + c * C;
+    const int L = int(std::min<int64_t>(C, end - start));
+    state.load(checkpoints.data() + c * HeadState::kSize);
+    for (int t = 0; t < L; ++t) {
+      state.store(entering.data() + t * HeadState::kSize);
+      Layer::step(Token<Layer>{forward, start + t, head}, state, scale,
+                  unused.data());
+    }
+    for (int t = L - 1; t >= 0; --t) {
+      const int64_t token = start + t;
+      state.load(entering.data() + t * HeadState::kSize);
+      Layer::stepBackward(
+          Token<Layer>{forward, token, head}, state, scale, dState,
+          Vec<V>::load(args.d_output + (token * forward.num_heads + head) * V),
+          TokenGradients<Layer>{args, paramGrads, token, head});
+    }
+  }
+  if (args.d_initial_state)
+    dState.store(args.d_initial_state + stateAt);
+}
+
 /// The backward over every sequence and head on args.forward.threads
 /// workers.
 template <typename Layer> int backward(const linac_cpu_backward_args &args) {
-  static_assert(!Layer::kRecurrent && !Layer::kValueDecay &&
-                    !Layer::kNormalizer,
-                "the backward covers chunkwise layers without a value-side "
-                "decay or a normaliser");
+  constexpr bool kByChunks =
+      !Layer::kRecurrent && !Layer::kValueDecay && !Layer::kNormalizer;
   const linac_cpu_forward_args &forward = args.forward;
   const int64_t heads = forward.num_heads;
   // Groups of heads whose boundaries are every input's row boundaries:
@@ -198,7 +381,10 @@ template <typename Layer> int backward(const linac_cpu_backward_args &args) {
     const int64_t seq = task / groups, group = task % groups;
     for (int64_t head = group * groupHeads; head < (group + 1) * groupHeads;
          ++head)
-      headBackward<Layer>(args, paramGrads.data(), seq, head);
+      if constexpr (kByChunks)
+        headBackward<Layer>(args, paramGrads.data(), seq, head);
+      else
+        stepHeadBackward<Layer>(args, paramGrads.data(), seq, head);
   });
   for (int64_t task = 0; task < tasks; ++task) {
     const float *from = taskParams.data() + task * taskFloats;

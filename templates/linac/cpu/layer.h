@@ -77,6 +77,12 @@ public:
 
   void load(const float *p) { std::copy(p, p + kSize, s); }
   void store(float *p) const { std::copy(s, s + kSize, p); }
+  /// A state of its own with these values (copies are never implicit).
+  State copy() const {
+    State out;
+    out.load(s);
+    return out;
+  }
 
   void decay(const Vec<K> &gk, const Vec<V> &gv) {
     for (int i = 0; i < K; ++i)

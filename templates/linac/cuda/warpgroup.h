@@ -278,13 +278,24 @@ LINAC_DEVICE void prepareErase(char *base, uint32_t b, float *lambda,
                                wgmma::advance(keys, keyPart), s > 0);
     }
     wgmma::commit();
+    // The log-gates of this thread's two rows and sixteen columns, read
+    // while the products run and before any store to A (which the compiler
+    // could not tell apart from them).
+    float rowGates[2], columnGates[16];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      rowGates[r] = gateOf(warpRow + wgmma::accumulatorRow(2 * r));
+#pragma unroll
+    for (int c = 0; c < 16; ++c)
+      columnGates[c] = gateOf(wgmma::accumulatorColumn(c / 2 * 4 + c % 2));
     wgmma::wait<0>();
     x.pin();
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int t = warpRow + wgmma::accumulatorRow(i);
       const int s = wgmma::accumulatorColumn(i);
-      const float factor = gateFactor(gateOf(t) - gateOf(s));
+      const float factor = gateFactor(rowGates[(i >> 1) & 1] -
+                                      columnGates[(i >> 2) * 2 + (i & 1)]);
       if (group == 0)
         a[t * AS + s] = s < t ? x.x[i] * factor : 0.0f;
       else

@@ -209,7 +209,7 @@ Package::planDeviceForward(const DeviceForwardRequest &request,
       cuda::preparedSlots(shape.sequences, segmentShape.offsets.back());
   const size_t workspace = size_t(slots * shape.heads * preparedChunkBytes_);
   if (takesPhased(phasedUse_, !plan.segments.empty(),
-                  leavesHalfIdle(shape.sequences * shape.heads,
+                  leavesMostIdle(shape.sequences * shape.heads,
                                  segmentShape.multiprocessors),
                   workspace, cuda::freeMemory)) {
     plan.kernel = &kernelFor(request.dtype, phasedKernels_);

@@ -57,8 +57,8 @@ double modelledChunks(const SegmentShape &shape, int64_t most) {
          passTime(longest, finish, multiprocessors) + double(2 + composed);
 }
 
-bool leavesHalfIdle(int64_t blocks, int64_t multiprocessors) {
-  return 2 * blocks <= multiprocessors;
+bool leavesMostIdle(int64_t blocks, int64_t multiprocessors) {
+  return 5 * blocks <= 2 * multiprocessors;
 }
 
 bool takesPhased(manifest::PhasedUse use, bool segmented, bool underfilled,

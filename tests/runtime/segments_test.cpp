@@ -17,7 +17,7 @@
 namespace {
 
 using linac::cutSegments;
-using linac::leavesHalfIdle;
+using linac::leavesMostIdle;
 using linac::modelledChunks;
 using linac::SegmentShape;
 using linac::takesPhased;
@@ -174,10 +174,12 @@ TEST(Segments, PhasedKernelsByTheirUseAndWorkspace) {
   EXPECT_EQ(reads, 12);
 }
 
-TEST(Segments, HalfIdleMultiprocessors) {
-  // 132 multiprocessors: 66 blocks leave half idle, 67 do not.
-  EXPECT_TRUE(leavesHalfIdle(1, 132));
-  EXPECT_TRUE(leavesHalfIdle(66, 132));
-  EXPECT_FALSE(leavesHalfIdle(67, 132));
-  EXPECT_FALSE(leavesHalfIdle(128, 132));
+TEST(Segments, MostlyIdleMultiprocessors) {
+  // 132 multiprocessors: 52 blocks leave 80 idle (three in five), 53 and
+  // 64 do not.
+  EXPECT_TRUE(leavesMostIdle(1, 132));
+  EXPECT_TRUE(leavesMostIdle(52, 132));
+  EXPECT_FALSE(leavesMostIdle(53, 132));
+  EXPECT_FALSE(leavesMostIdle(64, 132));
+  EXPECT_FALSE(leavesMostIdle(128, 132));
 }

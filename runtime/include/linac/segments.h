@@ -51,9 +51,9 @@ std::vector<linac_cuda_segment> cutSegments(const SegmentShape &shape,
 /// chunks of one block; chunks = 0 for whole sequences.
 double modelledChunks(const SegmentShape &shape, int64_t chunks);
 
-/// Whether `blocks` blocks, one a multiprocessor, leave at least half of
-/// `multiprocessors` idle.
-bool leavesHalfIdle(int64_t blocks, int64_t multiprocessors);
+/// Whether `blocks` blocks, one a multiprocessor, leave at least three in
+/// five of `multiprocessors` idle.
+bool leavesMostIdle(int64_t blocks, int64_t multiprocessors);
 
 /// Whether a forward takes a package's phased kernels
 /// (templates/linac/cuda/phased.h) instead of its chunkwise entry: always
@@ -61,16 +61,17 @@ bool leavesHalfIdle(int64_t blocks, int64_t multiprocessors);
 /// `workspaceBytes` takes at most half the device's free memory
 /// (`freeBytes`, asked only then) and, under PhasedUse::Segmented, the
 /// batch is cut into segments (`segmented`) or its whole sequences leave
-/// half the multiprocessors idle (`underfilled`, leavesHalfIdle). On an
+/// most multiprocessors idle (`underfilled`, leavesMostIdle). On an
 /// H200 the phased kernels of the delta rule and of key-vector gates are
 /// faster than the lockstep entry at every shape measured, from 32 to 1024
 /// (sequence, head) pairs, whole or cut (bench/history/forward-chunkwise.md,
 /// versions 21 and 23); those without an erase under a scalar gate or none
 /// only where the batch is cut; those of the delta rule than the warpgroup
-/// entry where the batch is cut or leaves half the multiprocessors idle
-/// (version 27: Gated DeltaNet with 64 heads at B1 T32768, 3.86 against
-/// 4.54 ms), not where its sequences fill them (B8 T4096 H16, 0.770
-/// against 0.557).
+/// entry where the batch is cut or its 48 or fewer (sequence, head) pairs
+/// leave most of 132 multiprocessors idle (version 28: Gated DeltaNet with
+/// 48 heads at B1 T32768, 3.29 against 3.67 ms), not with 64 pairs (3.82
+/// against 3.66; DeltaNet 3.46 against 3.06) nor where its sequences fill
+/// them (B8 T4096 H16, 0.770 against 0.557 at version 27).
 bool takesPhased(manifest::PhasedUse use, bool segmented, bool underfilled,
                  size_t workspaceBytes,
                  const std::function<size_t()> &freeBytes);

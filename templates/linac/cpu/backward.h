@@ -5,9 +5,10 @@
 // by chunks:
 //
 //   forward: the generated prologue and chunkForward (products.h) from the
-//     initial state, keeping the state that enters each chunk;
-//   backward, chunk by chunk from the last: the chunk's operands and reads
-//     again from its entering state, the generated epilogueBackward (the
+//     initial state, keeping the state that enters each chunk and the
+//     chunk's reads;
+//   backward, chunk by chunk from the last: the chunk's operands again,
+//     the generated epilogueBackward on its kept reads (the
 //     output's gradient to the read's and the arguments'), chunkBackward
 //     (the reads' and the leaving state's gradients to the operands' and
 //     the entering state's), then prologueBackward (the operands' to the
@@ -81,7 +82,7 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
   const size_t stateAt = size_t(seq * forward.num_heads + head) * stateSize;
 
   std::vector<Records> records(C), gradients(C);
-  std::vector<Vec<V>> reads(C), dReads(C);
+  std::vector<Vec<V>> dReads(C);
   std::vector<double> lam(C * G), lamQ(C * G), dGate(C * G);
   const int rowStride = int(sizeof(Records) / sizeof(float));
   const Chunk chunk{C,
@@ -125,14 +126,16 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
     return L;
   };
 
+  // The state entering each chunk and each chunk's reads, kept.
   std::vector<float> entering(size_t(chunks) * stateSize);
+  std::vector<Vec<V>> reads(size_t(chunks) * C);
   std::vector<float> state(stateSize, 0.0f);
   if (forward.initial_state)
     std::copy_n(forward.initial_state + stateAt, stateSize, state.begin());
   for (int64_t c = 0; c < chunks; ++c) {
     std::copy(state.begin(), state.end(), entering.begin() + c * stateSize);
     prepare(c);
-    chunkForward(chunk, state.data(), nullptr);
+    chunkForward(chunk, state.data(), reads[c * C].x.data());
   }
 
   std::vector<float> dState(stateSize, 0.0f);
@@ -142,15 +145,13 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
     const int L = prepare(c);
     const int64_t start = begin + c * C;
     const float *const enteringState = entering.data() + c * stateSize;
-    std::copy_n(enteringState, stateSize, state.begin());
-    chunkForward(chunk, state.data(), reads[0].x.data());
     for (int t = 0; t < C; ++t) {
       dReads[t] = Vec<V>{};
       if (t >= L)
         continue;
       const int64_t token = start + t;
       Layer::epilogueBackward(
-          Token<Layer>{forward, token, head}, reads[t],
+          Token<Layer>{forward, token, head}, reads[c * C + t],
           Vec<V>::load(args.d_output + (token * forward.num_heads + head) * V),
           dReads[t], TokenGradients<Layer>{args, paramGrads, token, head});
     }

@@ -69,32 +69,49 @@ int hostThreads(int threads) {
   return int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+/// A validated request's forward pass as the CPU ABI takes it; the
+/// offsets and pointer arrays `args` points into live here.
+struct HostForward {
+  std::vector<int64_t> cu;
+  HostArguments host;
+  linac_cpu_forward_args args{};
+
+  HostForward(const ForwardRequest &request, const ForwardShape &shape,
+              const std::vector<manifest::Argument> &inputs,
+              const std::vector<manifest::Argument> &params, int64_t keyDim)
+      : cu(request.cuSeqlens), host(request.tensors, inputs, params) {
+    if (cu.empty())
+      for (int64_t b = 0; b <= shape.batch; ++b)
+        cu.push_back(b * shape.tokens);
+    args.num_seqs = shape.sequences;
+    args.cu_seqlens = cu.data();
+    args.num_heads = shape.heads;
+    host.into(args);
+    args.initial_state = request.initialState;
+    args.scale = scaleOrDefault(request.scale, keyDim);
+    args.threads = hostThreads(request.threads);
+    args.segment_tokens = request.segmentTokens;
+  }
+  HostForward(const HostForward &) = delete;
+  HostForward &operator=(const HostForward &) = delete;
+};
+
+/// Throws for a kernel's nonzero status.
+static void checkStatus(int status) {
+  if (status != 0)
+    throw Error(Error::Kind::Kernel,
+                "kernel failed with status " + std::to_string(status));
+}
+
 void Package::forward(const ForwardRequest &request) const {
   requireTarget(/*device=*/false);
   ForwardShape shape = check(request);
   if (!request.output)
     throw argumentError("no output buffer");
-  std::vector<int64_t> cu = request.cuSeqlens;
-  if (cu.empty())
-    for (int64_t b = 0; b <= shape.batch; ++b)
-      cu.push_back(b * shape.tokens);
-
-  HostArguments host(request.tensors, inputs_, params_);
-  linac_cpu_forward_args args{};
-  args.num_seqs = shape.sequences;
-  args.cu_seqlens = cu.data();
-  args.num_heads = shape.heads;
-  host.into(args);
-  args.initial_state = request.initialState;
-  args.final_state = request.finalState;
-  args.output = request.output;
-  args.scale = scaleOrDefault(request.scale, keyDim_);
-  args.threads = hostThreads(request.threads);
-  args.segment_tokens = request.segmentTokens;
-  int status = reinterpret_cast<linac_cpu_forward_fn>(forward_)(&args);
-  if (status != 0)
-    throw Error(Error::Kind::Kernel,
-                "kernel failed with status " + std::to_string(status));
+  HostForward call(request, shape, inputs_, params_, keyDim_);
+  call.args.final_state = request.finalState;
+  call.args.output = request.output;
+  checkStatus(reinterpret_cast<linac_cpu_forward_fn>(forward_)(&call.args));
 }
 
 void Package::backward(const BackwardRequest &request) const {
@@ -110,11 +127,6 @@ void Package::backward(const BackwardRequest &request) const {
                           layer_ + "'");
     checkPointer(gradient, sizeof(float), "gradient of '" + name + "'");
   }
-  std::vector<int64_t> cu = forward.cuSeqlens;
-  if (cu.empty())
-    for (int64_t b = 0; b <= shape.batch; ++b)
-      cu.push_back(b * shape.tokens);
-
   // Every argument's gradient, zeroed: the caller's buffer or, for one it
   // left out, one of ours.
   std::vector<std::vector<float>> discarded;
@@ -137,25 +149,15 @@ void Package::backward(const BackwardRequest &request) const {
   std::vector<float *> inputGradients = gradientsOf(inputs_),
                        paramGradients = gradientsOf(params_);
 
-  HostArguments host(forward.tensors, inputs_, params_);
+  HostForward call(forward, shape, inputs_, params_, keyDim_);
   linac_cpu_backward_args args{};
-  args.forward.num_seqs = shape.sequences;
-  args.forward.cu_seqlens = cu.data();
-  args.forward.num_heads = shape.heads;
-  host.into(args.forward);
-  args.forward.initial_state = forward.initialState;
-  args.forward.scale = scaleOrDefault(forward.scale, keyDim_);
-  args.forward.threads = hostThreads(forward.threads);
-  args.forward.segment_tokens = forward.segmentTokens;
+  args.forward = call.args;
   args.d_output = request.dOutput;
   args.d_final_state = request.dFinalState;
   args.input_grads = inputGradients.data();
   args.param_grads = paramGradients.data();
   args.d_initial_state = request.dInitialState;
-  int status = reinterpret_cast<linac_cpu_backward_fn>(backward_)(&args);
-  if (status != 0)
-    throw Error(Error::Kind::Kernel,
-                "kernel failed with status " + std::to_string(status));
+  checkStatus(reinterpret_cast<linac_cpu_backward_fn>(backward_)(&args));
 }
 
 void Package::decode(const DecodeRequest &request) const {
@@ -182,10 +184,7 @@ void Package::decode(const DecodeRequest &request) const {
   args.output = request.output;
   args.scale = scaleOrDefault(request.scale, keyDim_);
   args.threads = hostThreads(request.threads);
-  int status = reinterpret_cast<linac_cpu_decode_fn>(decode_)(&args);
-  if (status != 0)
-    throw Error(Error::Kind::Kernel,
-                "kernel failed with status " + std::to_string(status));
+  checkStatus(reinterpret_cast<linac_cpu_decode_fn>(decode_)(&args));
 }
 
 void Package::statesFromPool(const float *pool, int64_t poolSlots,

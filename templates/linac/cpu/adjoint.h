@@ -1,5 +1,4 @@
-//===- adjoint.h - what generated backward functions compute with -*- C++
-//-*-===//
+//===- adjoint.h - what generated backward code computes with -*- C++ -*-===//
 //
 // The reverse of vec.h: the helpers the adjoints of generated
 // prologueBackward and epilogueBackward call (compiler/lib/Codegen.cpp,

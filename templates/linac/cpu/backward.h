@@ -1,4 +1,4 @@
-//===- backward.h - the chunkwise backward on the CPU -----------*- C++ -*-===//
+//===- backward.h - the backward pass on the CPU ----------------*- C++ -*-===//
 //
 // backward<Layer> runs the gradients of a layer, one (sequence, head) at a
 // time. A chunkwise layer without a value-side decay or a normaliser goes

@@ -37,6 +37,10 @@ copied there (FLA needs torch, triton, einops and transformers):
       --lib build-gpu/lib/liblinac.so --examples linear_attention,gated_deltanet
 Gated DeltaNet with 16 q/k heads shared by 64 value heads (FLA's GVA):
   ... -B 4 -T 8192 -H 64 --key-heads 16 --examples gated_deltanet
+Forward plus backward, as a training step runs them, with each raw input's
+gradient set against FLA's and the peak extra device memory of each (one
+JSON line an example; a case FLA refuses says why):
+  ... --backward --examples gated_deltanet,kda
 Importing fla takes about 20 s, and FLA's Triton kernels compile and
 autotune on an op's first call at each shape (25 to 50 s an op on an
 H200). So that all eleven fit in a few minutes, the kernels are first
@@ -210,6 +214,7 @@ class Example:
     fla: Callable  # raw tensors -> (h0, final) -> (o, ht)
     erase: bool = False  # delta-rule FLOPs in the floor
     draw: dict = field(default_factory=dict)  # name -> f(z)
+    grouped: bool = False  # FLA's op takes fewer q, k heads than v heads (GVA)
 
 
 QKV = {'q': 'K', 'k': 'K', 'v': 'V'}
@@ -226,7 +231,7 @@ EXAMPLES = {
                      draw={'w': lambda z: torch.log(F.softplus(z) / 16)}),  # -exp(w) ~ logsigmoid/16
     'deltanet': Example({**QKV, 'b': ''}, {}, fla_deltanet, erase=True),
     'gated_deltanet': Example({**QKV, 'g': '', 'b': ''}, {'A_log': '', 'dt_bias': ''},
-                              fla_gated_deltanet, erase=True, draw=GDN_DRAW),
+                              fla_gated_deltanet, erase=True, draw=GDN_DRAW, grouped=True),
     'kda': Example({**QKV, 'g': 'K', 'b': ''}, {'A_log': '', 'dt_bias': 'K'}, fla_kda,
                    erase=True, draw=GDN_DRAW),
     'gdn2': Example({**QKV, 'g': 'K', 'b': 'K', 'w': 'V'}, {'A_log': '', 'dt_bias': 'K'}, fla_gdn2,
@@ -334,6 +339,72 @@ def run_case(name, ex, pkg, a, dtype, copy, gemm):
             'copy_tbps': round(copy, 3), 'gemm_tflops': round(gemm, 1)}
 
 
+def run_backward_case(name, ex, pkg, a, dtype):
+    """Forward plus backward (no states) of ours and FLA's, timed as one
+    training step runs them, and each raw input's gradient of ours against
+    FLA's (the worst relative error); peak extra device memory: ours the
+    backward's workspace, FLA's the caching allocator's peak over the step
+    less what it held before."""
+    B, T, H, Hk = a.B, a.T, a.H, a.key_heads
+    x = draw(ex, B, T, H, dtype, seed=3, key_heads=Hk)
+    d_o = torch.randn(B, T, H, V, device='cuda').to(dtype)
+    leaves = {n: t.clone().requires_grad_() for n, t in x.items()}
+
+    def fla_step():
+        for t in leaves.values():
+            t.grad = None
+        o, _ = ex.fla(leaves)(None, False)
+        o.backward(d_o)
+
+    with torch.enable_grad():
+        fla_step()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fla_step()
+        torch.cuda.synchronize()
+        fla_extra = torch.cuda.max_memory_allocated() - before
+        fla_grads = {n: t.grad for n, t in leaves.items()}
+        fla_ms = bench_ms(fla_step, a.runs, a.warmup)
+    row = {'variant': name, 'shape': f'B{B} T{T} H{H}' + ('' if Hk in (None, H) else f' (q, k {Hk})'),
+           'dtype': a.dtype, 'fla_ms': round(fla_ms, 4), 'fla_extra_mib': round(fla_extra / 2**20)}
+    if pkg is None:
+        return row
+    out = torch.empty(B, T, H, V, dtype=dtype, device='cuda')
+    grads = {n: torch.empty(t.shape, dtype=torch.float32, device='cuda') for n, t in x.items()}
+    forward = pkg.bind(x, out)
+    backward = pkg.bind_backward(x, d_o, grads)
+    forward()
+    backward()
+    errs = {n: rel_err(grads[n], g) for n, g in fla_grads.items() if g is not None}
+    linac_ms = bench_ms(lambda: (forward(), backward()), a.runs, a.warmup)
+    worst = max(errs, key=lambda n: (math.isnan(errs[n]), errs[n]))
+    row.update({'linac_ms': round(linac_ms, 4), 'speedup': round(fla_ms / linac_ms, 3),
+                'linac_extra_mib': round(backward.workspace / 2**20),
+                'worst_grad': worst, 'rel_err': errs[worst],
+                'flagged': not errs[worst] <= FLAG})
+    return row
+
+
+def open_package(name, a):
+    """Our package of example `name`, or None (then FLA is timed alone)."""
+    import linac_cuda
+    try:
+        return linac_cuda.Package(os.path.join(a.packages, name + '.linac'), a.lib)
+    except (OSError, linac_cuda.LinacError) as e:
+        print(f'# {name}: no package ({e}); timing FLA alone', flush=True)
+        return None
+
+
+def skip_reason(name, a):
+    """Why example `name` has no case at these options, or None."""
+    if name not in EXAMPLES:
+        return NO_FLA.get(name, 'no FLA counterpart')
+    if a.key_heads not in (None, a.H) and not EXAMPLES[name].grouped:
+        return "FLA's op takes as many q, k heads as v heads"
+    return None
+
+
 def warm_fla(names, a):
     """FLA's kernels for each example compiled in a process of its own,
     a.warm_jobs at a time, both as the check and as the timing call them."""
@@ -406,6 +477,8 @@ def main():
                    help="processes compiling FLA's kernels side by side before timing (0: none)")
     p.add_argument('--warm-only', action='store_true', help=argparse.SUPPRESS)
     p.add_argument('--selftest', action='store_true', help='check the floor formula, no GPU')
+    p.add_argument('--backward', action='store_true',
+                   help='time forward plus backward instead, and compare gradients with FLA\'s')
     a = p.parse_args()
     if a.selftest:
         return selftest()
@@ -417,7 +490,6 @@ def main():
     global torch, F
     import torch
     import torch.nn.functional as F
-    import linac_cuda
     dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'fp32': torch.float32}[a.dtype]
 
     names = a.examples.split(',')
@@ -429,23 +501,35 @@ def main():
                 EXAMPLES[name].fla(x)(None, False)
             torch.cuda.synchronize()
         return
+    kept = []
+    for name in names:
+        why = skip_reason(name, a)
+        if why:
+            print(f'# skip {name}: {why}', flush=True)
+        else:
+            kept.append(name)
+    names = kept
     if a.warm_jobs > 0:
-        warm_fla([n for n in names if n in EXAMPLES], a)
+        warm_fla(names, a)
 
+    if a.backward:
+        for name in names:
+            pkg = open_package(name, a)
+            try:
+                print(json.dumps(run_backward_case(name, EXAMPLES[name], pkg, a, dtype)),
+                      flush=True)
+            except Exception as e:  # FLA refuses some backward passes
+                print(f'# {name}: failed: {type(e).__name__}: {e}', flush=True)
+            finally:
+                torch.cuda.empty_cache()
+        return
     rows = []
     with torch.no_grad():
         copy, gemm = ceilings(a.runs, a.warmup)
         print(f'# {torch.cuda.get_device_name()}: copy {copy:.3f} TB/s, bf16 GEMM {gemm:.1f} TFLOP/s',
               flush=True)
         for name in names:
-            if name not in EXAMPLES:
-                print(f'# skip {name}: {NO_FLA.get(name, "no FLA counterpart")}', flush=True)
-                continue
-            path, pkg = os.path.join(a.packages, name + '.linac'), None
-            try:
-                pkg = linac_cuda.Package(path, a.lib)
-            except (OSError, linac_cuda.LinacError) as e:
-                print(f'# {name}: no package ({e}); timing FLA alone', flush=True)
+            pkg = open_package(name, a)
             try:
                 row = run_case(name, EXAMPLES[name], pkg, a, dtype, copy, gemm)
             except Exception as e:  # one case failing must not lose the others

@@ -1,7 +1,8 @@
 """ctypes binding of the linac runtime's device forward pass (liblinac.so).
 
 Mirrors runtime/include/linac/runtime.h: linac_package_open / _close,
-linac_forward_device, linac_last_error. Tensors are torch CUDA tensors, passed
+linac_forward_device, linac_backward_device (and its workspace),
+linac_last_error. Tensors are torch CUDA tensors, passed
 by pointer; nothing is copied. Inputs are named as in the spec: [B, T, H, D]
 vectors and [B, T, H] scalars in the call's dtype, float32 parameters [H] or
 [H, D]; the output is [B, T, H, V] in that dtype; states are float32
@@ -27,6 +28,16 @@ class _Args(ctypes.Structure):  # linac_device_forward_args
                 ('num_cu_seqlens', ctypes.c_size_t), ('initial_state', ctypes.c_void_p),
                 ('final_state', ctypes.c_void_p), ('output', ctypes.c_void_p),
                 ('scale', ctypes.c_float), ('stream', ctypes.c_void_p)]
+
+
+class _Gradient(ctypes.Structure):  # linac_device_gradient
+    _fields_ = [('name', ctypes.c_char_p), ('data', ctypes.c_void_p)]
+
+
+class _BackwardArgs(ctypes.Structure):  # linac_device_backward_args
+    _fields_ = [('forward', _Args), ('d_output', ctypes.c_void_p),
+                ('d_final_state', ctypes.c_void_p), ('gradients', ctypes.POINTER(_Gradient)),
+                ('num_gradients', ctypes.c_size_t), ('d_initial_state', ctypes.c_void_p)]
 
 
 class LinacError(RuntimeError):
@@ -56,7 +67,11 @@ def load_library(path=None):
         lib.linac_package_close.argtypes = [ctypes.c_void_p]
         lib.linac_package_close.restype = None
         lib.linac_forward_device.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Args)]
-        for f in (lib.linac_package_open, lib.linac_forward_device):
+        lib.linac_backward_device.argtypes = [ctypes.c_void_p, ctypes.POINTER(_BackwardArgs)]
+        lib.linac_backward_device_workspace.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(_Args), ctypes.POINTER(ctypes.c_size_t)]
+        for f in (lib.linac_package_open, lib.linac_forward_device, lib.linac_backward_device,
+                  lib.linac_backward_device_workspace):
             f.restype = ctypes.c_int
         _libs[path] = lib
     return _libs[path]
@@ -120,3 +135,31 @@ class Package:
 
     def forward(self, tensors, out, **kw):
         return self.bind(tensors, out, **kw)()
+
+    def bind_backward(self, tensors, d_out, gradients, scale=0.0, stream=None):
+        """A zero-argument callable running the backward pass (no states):
+        d_out [B, T, H, V] in the tensors' dtype, gradients {name: float32
+        CUDA tensor shaped as the tensor}. Its `workspace` attribute is the
+        device memory each call takes besides its arguments, in bytes."""
+        import torch
+        if stream is None:
+            stream = torch.cuda.current_stream().cuda_stream
+        forward = self.bind(tensors, d_out, scale=scale, stream=stream)
+        args = forward._refs[4]
+        args.output = None
+        grads = (_Gradient * len(gradients))(*[
+            _Gradient(n.encode(), g.data_ptr()) for n, g in gradients.items()])
+        backward = _BackwardArgs(args, d_out.data_ptr(), None, grads, len(gradients), None)
+        handle, fn, ref = self._handle, self.lib.linac_backward_device, ctypes.byref(backward)
+        workspace = ctypes.c_size_t()
+        self._check(self.lib.linac_backward_device_workspace(handle, ctypes.byref(args),
+                                                             ctypes.byref(workspace)),
+                    f'backward workspace {self.path}')
+
+        def run():
+            self._check(fn(handle, ref), f'backward {self.path}')
+            return gradients
+
+        run._refs = (forward, gradients, grads, backward)
+        run.workspace = workspace.value
+        return run

@@ -129,6 +129,38 @@ static Request decodeRequestOf(const char *caller, const linac_package *package,
   return request;
 }
 
+/// Gradient buffers by name from a C array of linac_host_gradient or
+/// linac_device_gradient.
+template <typename CGradient>
+static std::map<std::string, float *> gradientsOf(const CGradient *gradients,
+                                                  size_t count) {
+  if (count > 0 && !gradients)
+    throw invalidArgument("num_gradients is " + std::to_string(count) +
+                          " but gradients is NULL");
+  std::map<std::string, float *> byName;
+  for (size_t i = 0; i < count; ++i) {
+    if (!gradients[i].name)
+      throw invalidArgument("gradient " + std::to_string(i) + " has no name");
+    if (!byName.emplace(gradients[i].name, gradients[i].data).second)
+      throw invalidArgument("two gradients of '" +
+                            std::string(gradients[i].name) + "'");
+  }
+  return byName;
+}
+
+/// A backward request (BackwardRequest or DeviceBackwardRequest) from its
+/// C arguments, its forward request made by `forwardOf`.
+template <typename Request, typename CArgs, typename ForwardOf>
+static Request backwardRequestOf(const CArgs &args, ForwardOf forwardOf) {
+  Request request;
+  request.forward = forwardOf(args.forward);
+  request.dOutput = args.d_output;
+  request.dFinalState = args.d_final_state;
+  request.dInitialState = args.d_initial_state;
+  request.gradients = gradientsOf(args.gradients, args.num_gradients);
+  return request;
+}
+
 extern "C" {
 
 const char *linac_last_error(void) { return lastError.c_str(); }
@@ -226,24 +258,8 @@ linac_status linac_backward_host(linac_package *package,
     if (!package || !args)
       throw invalidArgument(
           "linac_backward_host needs a package and arguments");
-    linac::BackwardRequest request;
-    request.forward = forwardRequestOf(args->forward);
-    request.dOutput = args->d_output;
-    request.dFinalState = args->d_final_state;
-    request.dInitialState = args->d_initial_state;
-    if (args->num_gradients > 0 && !args->gradients)
-      throw invalidArgument("num_gradients is " +
-                            std::to_string(args->num_gradients) +
-                            " but gradients is NULL");
-    for (size_t i = 0; i < args->num_gradients; ++i) {
-      const linac_host_gradient &gradient = args->gradients[i];
-      if (!gradient.name)
-        throw invalidArgument("gradient " + std::to_string(i) + " has no name");
-      if (!request.gradients.emplace(gradient.name, gradient.data).second)
-        throw invalidArgument("two gradients of '" +
-                              std::string(gradient.name) + "'");
-    }
-    package->package->backward(request);
+    package->package->backward(
+        backwardRequestOf<linac::BackwardRequest>(*args, forwardRequestOf));
   });
 }
 
@@ -297,23 +313,54 @@ linac_status linac_states_to_pool(const linac_package *package,
   });
 }
 
+/// A device forward request from its C arguments.
+static linac::DeviceForwardRequest
+deviceForwardRequestOf(const linac_device_forward_args &args) {
+  linac::DeviceForwardRequest request;
+  request.tensors =
+      tensorsOf<linac::DeviceTensor>(args.tensors, args.num_tensors);
+  request.dtype = dtypeOf(args.dtype);
+  request.cuSeqlens = cuSeqlensOf(args.cu_seqlens, args.num_cu_seqlens);
+  request.initialState = args.initial_state;
+  request.finalState = args.final_state;
+  request.output = args.output;
+  request.scale = args.scale;
+  request.stream = args.stream;
+  return request;
+}
+
 linac_status linac_forward_device(linac_package *package,
                                   const linac_device_forward_args *args) {
   return guarded([&] {
     if (!package || !args)
       throw invalidArgument(
           "linac_forward_device needs a package and arguments");
-    linac::DeviceForwardRequest request;
-    request.tensors =
-        tensorsOf<linac::DeviceTensor>(args->tensors, args->num_tensors);
-    request.dtype = dtypeOf(args->dtype);
-    request.cuSeqlens = cuSeqlensOf(args->cu_seqlens, args->num_cu_seqlens);
-    request.initialState = args->initial_state;
-    request.finalState = args->final_state;
-    request.output = args->output;
-    request.scale = args->scale;
-    request.stream = args->stream;
-    package->package->forwardDevice(request);
+    package->package->forwardDevice(deviceForwardRequestOf(*args));
+  });
+}
+
+linac_status linac_backward_device(linac_package *package,
+                                   const linac_device_backward_args *args) {
+  return guarded([&] {
+    if (!package || !args)
+      throw invalidArgument(
+          "linac_backward_device needs a package and arguments");
+    package->package->backwardDevice(
+        backwardRequestOf<linac::DeviceBackwardRequest>(
+            *args, deviceForwardRequestOf));
+  });
+}
+
+linac_status
+linac_backward_device_workspace(const linac_package *package,
+                                const linac_device_forward_args *forward,
+                                size_t *bytes) {
+  return guarded([&] {
+    if (!package || !forward || !bytes)
+      throw invalidArgument("linac_backward_device_workspace needs a package, "
+                            "arguments and an out pointer");
+    *bytes = package->package->backwardWorkspaceBytes(
+        deviceForwardRequestOf(*forward));
   });
 }
 

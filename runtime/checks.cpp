@@ -143,6 +143,17 @@ ForwardShape Package::check(const ForwardRequest &request) const {
 }
 
 ForwardShape Package::check(const DeviceForwardRequest &request) const {
+  ForwardShape shape = checkDeviceInputs(request);
+  if (!request.output)
+    throw argumentError("no output buffer");
+  checkPointer(request.output, sizeOf(request.dtype), "output");
+  if (request.finalState)
+    checkPointer(request.finalState, sizeof(float), "final_state");
+  return shape;
+}
+
+ForwardShape
+Package::checkDeviceInputs(const DeviceForwardRequest &request) const {
   requireTarget(/*device=*/true);
   // Refuses a dtype outside the enum or one the package has no kernel for.
   kernelFor(request.dtype, kernels_);
@@ -150,13 +161,8 @@ ForwardShape Package::check(const DeviceForwardRequest &request) const {
       checkShapes(shapesOf(request.tensors), request.cuSeqlens, request.scale);
   checkDevicePointers(request.tensors, request.dtype);
   size_t elementSize = sizeOf(request.dtype);
-  if (!request.output)
-    throw argumentError("no output buffer");
-  checkPointer(request.output, elementSize, "output");
   if (request.initialState)
     checkPointer(request.initialState, sizeof(float), "initial_state");
-  if (request.finalState)
-    checkPointer(request.finalState, sizeof(float), "final_state");
   if (shape.heads > std::numeric_limits<int32_t>::max())
     throw argumentError("CUDA kernels run at most 2^31 - 1 heads, got " +
                         std::to_string(shape.heads));

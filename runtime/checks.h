@@ -67,6 +67,29 @@ void checkAddressable(const std::vector<int64_t> &dims,
 /// Throws unless the pointer to `what` is present and `alignment`-aligned.
 void checkPointer(const void *data, size_t alignment, const std::string &what);
 
+/// The checks a host and a device backward request share: dOutput present
+/// and aligned to `elementSize`, the states' gradients aligned, and each
+/// gradient named after one of the forward's `tensors` and aligned.
+template <typename Request, typename Tensor>
+void checkBackward(const Request &request,
+                   const std::map<std::string, Tensor> &tensors,
+                   size_t elementSize, const std::string &layer) {
+  if (!request.dOutput)
+    throw argumentError("no output gradient (dOutput)");
+  checkPointer(request.dOutput, elementSize, "dOutput");
+  if (request.dFinalState)
+    checkPointer(request.dFinalState, sizeof(float), "dFinalState");
+  if (request.dInitialState)
+    checkPointer(request.dInitialState, sizeof(float), "dInitialState");
+  for (const auto &[name, gradient] : request.gradients) {
+    if (!tensors.count(name))
+      throw argumentError("gradient of '" + name +
+                          "', which is not an input or parameter of layer '" +
+                          layer + "'");
+    checkPointer(gradient, sizeof(float), "gradient of '" + name + "'");
+  }
+}
+
 } // namespace linac::detail
 
 #endif // LINAC_RUNTIME_CHECKS_H

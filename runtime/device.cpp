@@ -15,6 +15,7 @@
 #include "linac/segments.h"
 
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -264,6 +265,92 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
   if (!plan.segments.empty())
     return forwardSegments(*plan.kernel, context, args, plan.segments, stream);
   launch(*plan.kernel, context, &args, shape.heads, shape.sequences, stream);
+}
+
+/// The workspace of a backward call: its checkpoints' floats, then the
+/// states entering a stretch's tokens (linac_cuda_backward_args).
+static std::pair<size_t, size_t> backwardWorkspace(const ForwardShape &shape,
+                                                   size_t stateSize) {
+  const size_t checkpoints = size_t(
+      cuda::checkpointSlots(shape.sequences, shape.batch * shape.tokens));
+  return {checkpoints * shape.heads * stateSize,
+          size_t(shape.sequences * shape.heads) * cuda::kCheckpointTokens *
+              stateSize};
+}
+
+size_t
+Package::backwardWorkspaceBytes(const DeviceForwardRequest &request) const {
+  auto [checkpoints, entering] = backwardWorkspace(
+      checkDeviceInputs(request), size_t(keyDim_ * stateColumns()));
+  return (checkpoints + entering) * sizeof(float);
+}
+
+void Package::backwardDevice(const DeviceBackwardRequest &request) const {
+  const DeviceForwardRequest &forward = request.forward;
+  ForwardShape shape = checkDeviceInputs(forward);
+  checkBackward(request, forward.tensors, sizeOf(forward.dtype), layer_);
+  for (const auto &[name, gradient] : request.gradients)
+    requireDeviceMemory(gradient, "gradient of '" + name + "'");
+  requireDeviceMemory(request.dOutput, "dOutput");
+  requireDeviceMemory(request.dFinalState, "dFinalState");
+  requireDeviceMemory(request.dInitialState, "dInitialState");
+  requireDeviceMemory(forward.initialState, "initial_state");
+
+  CUcontext context = cuda::currentContext();
+  auto stream = static_cast<CUstream>(forward.stream);
+  cuda::keepPoolMemory(context);
+  linac_cuda_backward_args args{};
+  args.forward.num_seqs = shape.sequences;
+  args.forward.tokens_per_seq = shape.tokens;
+  deviceArguments(forward.tensors, shape.heads, nullptr, forward.scale,
+                  args.forward);
+  args.forward.initial_state = forward.initialState;
+  args.dtype = int32_t(forward.dtype);
+  args.d_output = request.dOutput;
+  args.d_final_state = request.dFinalState;
+  args.d_initial_state = request.dInitialState;
+  // Every argument's gradient, zeroed in the stream's order: the caller's
+  // buffer or, for one it left out, one that lives as long as the pass.
+  std::deque<cuda::StreamBuffer> discarded;
+  auto gradientsOf = [&](const std::vector<manifest::Argument> &infos,
+                         float **out) {
+    for (size_t i = 0; i < infos.size(); ++i) {
+      size_t bytes = sizeof(float);
+      for (int64_t extent : forward.tensors.at(infos[i].name).shape)
+        bytes *= size_t(extent);
+      // An empty tensor's gradient is never written.
+      if (bytes == 0)
+        continue;
+      auto given = request.gradients.find(infos[i].name);
+      out[i] = given != request.gradients.end()
+                   ? given->second
+                   : reinterpret_cast<float *>(
+                         discarded.emplace_back(bytes, stream).address());
+      cuda::check(
+          cuda::driver().cuMemsetD8Async(CUdeviceptr(out[i]), 0, bytes, stream),
+          "cuMemsetD8Async");
+    }
+  };
+  gradientsOf(inputs_, args.input_grads);
+  gradientsOf(params_, args.param_grads);
+  if (shape.sequences == 0)
+    return;
+
+  std::optional<cuda::StreamBuffer> cuSeqlens;
+  if (!forward.cuSeqlens.empty()) {
+    cuSeqlens.emplace(forward.cuSeqlens.data(),
+                      forward.cuSeqlens.size() * sizeof(int64_t), stream);
+    args.forward.cu_seqlens =
+        reinterpret_cast<const int64_t *>(cuSeqlens->address());
+  }
+  auto [checkpoints, entering] =
+      backwardWorkspace(shape, size_t(keyDim_ * stateColumns()));
+  cuda::StreamBuffer workspace((checkpoints + entering) * sizeof(float),
+                               stream);
+  args.checkpoints = reinterpret_cast<float *>(workspace.address());
+  args.entering = args.checkpoints + checkpoints;
+  launch(*backwardKernel_, context, &args, shape.heads, shape.sequences,
+         stream);
 }
 
 void Package::forwardSegments(const CudaKernel &kernel, CUctx_st *context,

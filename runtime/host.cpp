@@ -118,15 +118,7 @@ void Package::backward(const BackwardRequest &request) const {
   requireTarget(/*device=*/false);
   const ForwardRequest &forward = request.forward;
   ForwardShape shape = check(forward);
-  if (!request.dOutput)
-    throw argumentError("no output gradient (dOutput)");
-  for (const auto &[name, gradient] : request.gradients) {
-    if (!forward.tensors.count(name))
-      throw argumentError("gradient of '" + name +
-                          "', which is not an input or parameter of layer '" +
-                          layer_ + "'");
-    checkPointer(gradient, sizeof(float), "gradient of '" + name + "'");
-  }
+  checkBackward(request, forward.tensors, sizeof(float), layer_);
   // Every argument's gradient, zeroed: the caller's buffer or, for one it
   // left out, one of ours.
   std::vector<std::vector<float>> discarded;

@@ -268,6 +268,11 @@ void checkAgreement(const Manifest &manifest) {
   if (manifest.kernels.empty())
     throw SchemaError("kernels is empty");
   checkKernels(manifest, manifest.kernels, "kernels");
+  if (isGpu(manifest.target) == manifest.backwardKernels.empty())
+    throw SchemaError(manifest.backwardKernels.empty()
+                          ? "backward_kernels is empty"
+                          : "backward_kernels are a GPU package's");
+  checkKernels(manifest, manifest.backwardKernels, "backward_kernels");
   if (manifest.decode.kernels.empty())
     throw SchemaError("decode.kernels is empty");
   checkKernels(manifest, manifest.decode.kernels, "decode.kernels");
@@ -374,6 +379,14 @@ std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file) {
                          dtype, Family::Recurrent, plan.scanBlockThreads,
                          int64_t(0)});
   return kernels;
+}
+
+std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file) {
+  if (plan.target == Target::Cpu)
+    return {};
+  // One kernel for every activation dtype (an argument), named float32.
+  return {{"linac_scan_backward", file, DType::Float32, Family::Recurrent,
+           plan.scanBlockThreads, int64_t(0)}};
 }
 
 std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file) {

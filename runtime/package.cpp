@@ -205,6 +205,7 @@ void Package::readManifest(const std::string &path, Package *package) {
     package->phasedUse_ = info.phased->use;
   }
   package->decodeKernels_ = kernelsOf(info.decode.kernels);
+  package->backwardKernel_ = kernelsOf(info.backwardKernels).front();
   package->decodeParts_ = info.decode.parts.value();
   package->decodeTensorMap_ =
       info.decode.staging == manifest::DecodeStaging::Tensor;

@@ -176,7 +176,7 @@ public:
   std::string chunkBackwardFunctions(StringRef prologueSignature,
                                      StringRef epilogueSignature);
   /// The reverse of the whole step, token by token: stepBackward.
-  std::string stepBackwardFunction(StringRef signature);
+  std::string stepBackwardFunction(const Flavor &flavor, StringRef signature);
   /// The whole step, for the recurrent scan.
   std::string stepFunction(const Flavor &flavor, StringRef signature,
                            Placement placement = Placement::BodyOrder);
@@ -905,8 +905,9 @@ std::string BodyEmitter::chunkBackwardFunctions(StringRef prologueSignature,
   return text + function(epilogueSignature);
 }
 
-std::string BodyEmitter::stepBackwardFunction(StringRef signature) {
-  flavor = kCpuFlavor;
+std::string BodyEmitter::stepBackwardFunction(const Flavor &bodyFlavor,
+                                              StringRef signature) {
+  flavor = bodyFlavor;
   // The step again, keeping the state each state op and read takes; then
   // the output's gradient dOut and the leaving state's dState back to the
   // arguments' and the entering state's.
@@ -991,10 +992,10 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
         "const TokenGradients<Layer> &grad)");
   else
     out += emitter.stepBackwardFunction(
-        "static void stepBackward(const Token<Layer> &token, "
-        "State<K, V, kNormalizer> &state, float scale, "
-        "State<K, V, kNormalizer> &dState, const Vec<V> &dOut, "
-        "const TokenGradients<Layer> &grad)");
+        kCpuFlavor, "static void stepBackward(const Token<Layer> &token, "
+                    "State<K, V, kNormalizer> &state, float scale, "
+                    "State<K, V, kNormalizer> &dState, const Vec<V> &dOut, "
+                    "const TokenGradients<Layer> &grad)");
   // Every layer has the step: the recurrent scan runs it, and so does decode.
   out += emitter.stepFunction(
       kCpuFlavor, "template <typename Token> static void step(const Token &token, "
@@ -1096,6 +1097,15 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
   out += (recurrent ? "" : "\n") +
          nested("Scan", emitter.stepFunction(kScanFlavor, stepSignature)) +
          "\n" +
+         nested("ScanBackward",
+                emitter.stepBackwardFunction(
+                    kScanFlavor,
+                    "template <typename Token, typename State, typename "
+                    "Gradients> LINAC_DEVICE static void stepBackward("
+                    "const Token &token, State &state, float scale, "
+                    "State &dState, const ColumnVec<V> &dOut, "
+                    "const Gradients &grad)")) +
+         "\n" +
          nested("Decode",
                 "using Split = DecodeSplit<K, V / kDecodeParts, kDecodeWarps, "
                 "kDecodeStaging == DecodeStaging::Tensor>;\n" +
@@ -1134,6 +1144,7 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
         "LINAC_SEGMENT_COMPOSE_KERNEL(Layer)\n",
         segments->transitionBlocks, segments->compose.blockThreads.value(),
         segments->compose.sharedMemory.value());
+  out += "LINAC_SCAN_BACKWARD_KERNEL(Layer)\n";
   out += fmt::format(
       "static_assert(linac::cuda::decodeSharedBytes<Layer>() == {}, "
       "\"the plan's decode shared memory\");\n"

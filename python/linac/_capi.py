@@ -67,6 +67,18 @@ class DeviceForwardArgs(ctypes.Structure):  # linac_device_forward_args
                 ('scale', ctypes.c_float), ('stream', ctypes.c_void_p)]
 
 
+class DeviceGradient(ctypes.Structure):  # linac_device_gradient
+    _fields_ = HostGradient._fields_
+
+
+class DeviceBackwardArgs(ctypes.Structure):  # linac_device_backward_args
+    _fields_ = [('forward', DeviceForwardArgs), ('d_output', ctypes.c_void_p),
+                ('d_final_state', ctypes.c_void_p),
+                ('gradients', ctypes.POINTER(DeviceGradient)),
+                ('num_gradients', ctypes.c_size_t),
+                ('d_initial_state', ctypes.c_void_p)]
+
+
 class DecodeArgs(ctypes.Structure):  # linac_decode_args
     _fields_ = [('tensors', ctypes.POINTER(HostTensor)),
                 ('num_tensors', ctypes.c_size_t),
@@ -125,6 +137,11 @@ def _bind(lib):
                                           ctypes.POINTER(DeviceForwardArgs)]),
         'linac_backward_host': (status, [ctypes.c_void_p,
                                          ctypes.POINTER(BackwardArgs)]),
+        'linac_backward_device': (status, [
+            ctypes.c_void_p, ctypes.POINTER(DeviceBackwardArgs)]),
+        'linac_backward_device_workspace': (status, [
+            ctypes.c_void_p, ctypes.POINTER(DeviceForwardArgs),
+            ctypes.POINTER(ctypes.c_size_t)]),
         'linac_decode_host': (status, [ctypes.c_void_p,
                                        ctypes.POINTER(DecodeArgs)]),
         'linac_decode_device': (status, [ctypes.c_void_p,

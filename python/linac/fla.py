@@ -418,13 +418,6 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None,
                 cu_seqlens_cpu, state_v_first)
 
 
-def _needs_backward(tensors):
-    """Whether a gradient is asked of a CUDA tensor: linac's backward runs
-    on the CPU only."""
-    return torch.is_grad_enabled() and any(
-        torch.is_tensor(t) and t.requires_grad and t.is_cuda for t in tensors)
-
-
 def _stop(stop, function, args, kwargs):
     _calls.stop = stop
     try:
@@ -440,9 +433,6 @@ def supports(function, *args, **kwargs):
     """(True, None) when linac runs function(*args, **kwargs), one of this
     module's functions, else (False, why): FLA's verifier protocol. The
     call goes as far as its spec: nothing compiles and nothing runs."""
-    if _needs_backward(list(args) + list(kwargs.values())):
-        return False, ('linac has no backward pass on CUDA devices yet; an '
-                       'input requires grad')
     try:
         _stop('check', function, args, kwargs)
     except (NotImplementedError, TypeError, ValueError) as error:

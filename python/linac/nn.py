@@ -14,9 +14,9 @@ the tensor. The reads [B, T, H, V] go through an output projection [H * V,
 hidden]. The layer compiles its spec for the device its inputs are on (a
 cpu package on the CPU, sm_90a or sm_80 on CUDA devices), once per process
 and cached on disk; `packages` maps targets to packages compiled elsewhere,
-which it opens instead (then the spec may be None). On CPU tensors the
-layer trains: its gradients come from the cpu package's backward pass; on
-CUDA tensors a backward raises NotImplementedError.
+which it opens instead (then the spec may be None). The layer trains: its
+gradients come from the package's backward pass, on the CPU or the CUDA
+device.
 """
 
 import os

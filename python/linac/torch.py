@@ -340,18 +340,62 @@ def _keep_arguments(ctx, inputs, output):
                                       else []))
 
 
+def _backward_device(layer, tensors, initial, grad_output, grad_final,
+                     cu_seqlens, scale):
+    """The CUDA package's backward pass: float32 gradients of `tensors` and
+    of the initial state, on the tensors' stream."""
+    first = tensors[0]
+    call = _device_call(layer)
+    tensors, heads = call.fill(layer, tensors)
+    cu = None if cu_seqlens is None else cu_seqlens.to('cpu', torch.int64)
+    sequences = first.shape[0] if cu is None else cu.numel() - 1
+    grad_output = grad_output.to(first.dtype).contiguous()
+    grad_final = None if grad_final is None else _float32(grad_final)
+    gradients = [torch.empty(t.shape, dtype=torch.float32, device=t.device)
+                 for t in tensors]
+    grad_initial = first.new_empty(
+        (sequences, heads, layer.key_dim, layer.state_columns),
+        dtype=torch.float32)
+    initial = None if initial is None else _float32(initial)
+    args = _capi.DeviceBackwardArgs()
+    args.forward = call.forward
+    args.forward.dtype = _dtype_code(first.dtype)
+    args.forward.cu_seqlens = (None if cu is None else
+                               ctypes.cast(cu.data_ptr(), _capi.c_int64_p))
+    args.forward.num_cu_seqlens = 0 if cu is None else cu.numel()
+    args.forward.initial_state = None if initial is None else initial.data_ptr()
+    args.forward.final_state = None
+    args.forward.output = None
+    args.forward.scale = scale
+    args.forward.stream = _stream(first.device)
+    args.d_output = grad_output.data_ptr()
+    args.d_final_state = None if grad_final is None else grad_final.data_ptr()
+    buffers = (_capi.DeviceGradient * max(len(gradients), 1))(*[
+        _capi.DeviceGradient(n, g.data_ptr())
+        for n, g in zip(call.names, gradients)])
+    args.gradients = buffers
+    args.num_gradients = len(gradients)
+    args.d_initial_state = grad_initial.data_ptr()
+    _capi.check(_capi.lib.linac_backward_device(layer.handle,
+                                                ctypes.byref(args)))
+    return gradients, grad_initial
+
+
 def _backward(ctx, grad_output, grad_final):
     """The gradients of linac::forward's tensors and initial state from the
-    cpu package's backward pass; CUDA tensors have none yet."""
+    package's backward pass, on the CPU or the CUDA device the tensors are
+    on."""
     saved = ctx.saved_tensors
     tensors = saved[:ctx.count]
     initial = saved[ctx.count] if ctx.has_initial else None
     first = tensors[0]
-    if first.device.type != 'cpu':
-        raise NotImplementedError(
-            'linac has no backward pass on CUDA devices yet; gradients run '
-            'on CPU tensors (cpu packages)')
     layer = _layer(ctx.package)
+    if first.device.type != 'cpu':
+        gradients, grad_initial = _backward_device(
+            layer, tensors, initial, grad_output, grad_final, ctx.cu_seqlens,
+            ctx.scale)
+        return (None, [g.to(t.dtype) for g, t in zip(gradients, tensors)],
+                None if initial is None else grad_initial, None, None)
 
     def array(tensor):
         return None if tensor is None else _float32(tensor.detach()).numpy()

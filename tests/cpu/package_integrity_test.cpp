@@ -278,7 +278,7 @@ TEST_F(PackageIntegrity, NumbersAreRangeChecked) {
       {[](auto &m) { m["kernels"][0]["file"] = "../layer.so"; },
        "kernels[0].file '../layer.so' is not a file of the package"},
       {[](auto &m) { m["format"] = 1; },
-       "manifest format 1 is not the supported format 3"},
+       "manifest format 1 is not the supported format 4"},
       {[](auto &m) { m["integrity"]["files"].erase("layer.so"); },
        "integrity.files has no entry for 'layer.so'"},
       {[](auto &m) { m["arguments"][2]["name"] = "q"; },
@@ -288,6 +288,8 @@ TEST_F(PackageIntegrity, NumbersAreRangeChecked) {
                           {"transition_blocks", 0}};
        },
        "segments are a GPU package's"},
+      {[](auto &m) { m["backward_kernels"] = {m["kernels"][0]}; },
+       "backward_kernels are a GPU package's"},
   };
   for (const Case &c : cases) {
     fs::path package = copy();

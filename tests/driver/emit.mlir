@@ -51,9 +51,17 @@
 
 // CUDA: #include "linac/cuda/layer.h"
 // CUDA: const auto state_1 = l2norm(arg_k, 1e-06f);  // %state = linac.l2norm %k
+// The backward's step on the scan's types: key vectors whole on every
+// thread, value vectors a column a thread.
+// CUDA: struct ScanBackward {
+// CUDA: const auto step_before_{{[0-9]+}} = state.copy();
+// CUDA: FullVec<16> step_dk_{{[0-9]+}}{}, step_de_{{[0-9]+}}{};
+// CUDA: eraseBackward(dState,
+// CUDA: addGradient(grad.input(2), grad_arg_v);
 // Decode fuses an erase and the write with its key into one op.
 // CUDA: struct Decode {
 // CUDA: state.eraseWrite(state_1, {{.*}}, arg_v, 1.0f);  // %S2 = linac.erase %S1, %state, %read; %S3 = linac.write %S2, %state, %v
+// CUDA: LINAC_SCAN_BACKWARD_KERNEL(Layer)
 
 // GDN2: const auto kn = l2norm(arg_k, 1e-06f);  // %kn = linac.l2norm %k
 // GDN2: const auto erase = sigmoid(arg_b);  // %erase = linac.sigmoid %b

@@ -1,6 +1,7 @@
 //===- gpu_check.cpp - CUDA packages against the fp64 reference -----------===//
 //
-//   linac-gpu-check [--bench | --bench-only] [--reps N] [--rounds N] NAME.linac...
+//   linac-gpu-check [--bench | --bench-only] [--reps N] [--rounds N]
+//   NAME.linac...
 //
 // Runs each package on the GPU over the cases below on fresh random inputs,
 // outputs poisoned with NaN first, each sequence whole and then cut into
@@ -14,10 +15,12 @@
 // decode in bf16 and fp32: steps of 1 and 8 tokens for 5 sequences (8 also
 // under saturating gates) and of 1 for 300 on a state pool (sequences skipped,
 // slots out of order) against the reference, and a prefill followed by a
-// decode step against one prefill of all the tokens. With --bench it then
-// times every package at B8 T4096 H16 in bf16 (one JSON line each, as
-// `linac bench` prints) and prints a table last; --bench-only skips the
-// checks (for profilers). --rounds N runs the checks N times, each on fresh
+// decode step against one prefill of all the tokens. Then the backward
+// pass in bf16, fp16 and fp32 against the reference's gradients (relative
+// error at most 2e-2 in 16-bit types, 1e-4 in fp32; backwardCases). With
+// --bench it then times every package at B8 T4096 H16 in bf16 (one JSON line
+// each, as `linac bench` prints) and prints a table last; --bench-only skips
+// the checks (for profilers). --rounds N runs the checks N times, each on fresh
 // inputs, and reports each check's largest errors over the rounds. Exits
 // non-zero on any failed check.
 //
@@ -33,12 +36,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -305,6 +309,76 @@ Outcome runPrefillThenDecode(const Package &package, DType dtype) {
   return outcome;
 }
 
+/// The backward pass on the device, gradients poisoned with NaN first,
+/// against the reference's gradients of L = <dO, output> + <dS, final
+/// state> on standard normal dO (rounded to `dtype`) and dS: the worst
+/// relative error over the inputs' and parameters' gradients as the
+/// outcome's output error, the initial state's as its state error.
+Outcome runBackwardCase(const Package &package, const Case &c, DType dtype) {
+  Dims dims{int(package.keyDim()), int(package.valueDim())};
+  Problem problem = makeProblem(package, dims, c, roundingOf(dtype));
+  std::mt19937 rng(std::random_device{}());
+  Seeds seeds = normalSeeds(reference::run(problem.reference), rng);
+  std::vector<float> dOutput(seeds.output.begin(), seeds.output.end());
+  if (RoundFn round = roundingOf(dtype))
+    for (size_t i = 0; i < dOutput.size(); ++i)
+      seeds.output[i] = dOutput[i] = round(dOutput[i]);
+  const reference::Gradients want =
+      reference::gradients(problem.reference, seeds.output, seeds.finalState);
+
+  DeviceArguments device(problem.arguments, dtype);
+  DeviceBackwardRequest request;
+  request.forward.dtype = dtype;
+  request.forward.cuSeqlens = c.cuSeqlens;
+  request.forward.tensors = device.tensors;
+  std::unique_ptr<DeviceBuffer> initial;
+  if (!problem.initialState.empty()) {
+    initial = std::make_unique<DeviceBuffer>(
+        encodeAs(problem.initialState, DType::Float32));
+    request.forward.initialState = static_cast<const float *>(initial->data());
+  }
+  DeviceBuffer deviceDOutput(encodeAs(dOutput, dtype));
+  DeviceBuffer dFinal(encodeAs(
+      std::vector<float>(seeds.finalState.begin(), seeds.finalState.end()),
+      DType::Float32));
+  request.dOutput = deviceDOutput.data();
+  request.dFinalState = static_cast<const float *>(dFinal.data());
+  std::map<std::string, std::unique_ptr<DeviceBuffer>> gradients;
+  for (const auto &[name, argument] : problem.arguments) {
+    auto &buffer = gradients[name] = std::make_unique<DeviceBuffer>(
+        nanBytes(argument.values.size(), DType::Float32));
+    request.gradients[name] = static_cast<float *>(buffer->data());
+  }
+  DeviceBuffer dInitial(nanBytes(problem.stateSize, DType::Float32));
+  request.dInitialState = static_cast<float *>(dInitial.data());
+  package.backwardDevice(request);
+  check(cudaDeviceSynchronize(), "the backward pass");
+
+  Outcome outcome;
+  auto compareGradient = [&](const std::vector<float> &got,
+                             const std::vector<double> &expected) {
+    for (float x : got)
+      outcome.finite &= std::isfinite(x);
+    return relativeError(got, expected, 0, expected.size());
+  };
+  const nlohmann::json &step = problem.reference.step;
+  for (const char *role : {"inputs", "params"}) {
+    const auto &expected =
+        std::string(role) == "inputs" ? want.inputs : want.params;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const std::string name = step[role][i]["name"];
+      outcome.outputError =
+          std::max(outcome.outputError,
+                   compareGradient(decodeFrom(gradients.at(name)->download(),
+                                              DType::Float32),
+                                   expected[i]));
+    }
+  }
+  outcome.stateError = compareGradient(
+      decodeFrom(dInitial.download(), DType::Float32), want.initialState);
+  return outcome;
+}
+
 struct NamedCase {
   const char *name;
   Case c;
@@ -368,6 +442,32 @@ std::vector<NamedCase> cases() {
   return all;
 }
 
+/// The backward pass's cases: varlen batches with empty and one-token
+/// sequences, grouped heads and an initial state, strong gates, each
+/// dtype.
+std::vector<NamedCase> backwardCases() {
+  std::vector<NamedCase> all;
+  auto add = [&](const char *name, DType dtype, auto edit) {
+    Case c;
+    c.batch = 1;
+    c.cuSeqlens = {0, 1, 1, 66, 200};
+    c.heads = 4;
+    c.keyHeads = 2;
+    c.initialState = true;
+    edit(c);
+    all.push_back({name, c, dtype});
+  };
+  add("bwd-varlen", DType::BFloat16, [](Case &) {});
+  add("bwd-gates-20", DType::BFloat16, [](Case &c) {
+    c.gates = GateRange::Strong;
+    c.keyHeads = 4;
+  });
+  add("bwd-fp16", DType::Float16, [](Case &c) { c.cuSeqlens = {0, 130}; });
+  add("bwd-fp32", DType::Float32,
+      [](Case &c) { c.batch = 2, c.tokens = 70, c.cuSeqlens.clear(); });
+  return all;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -406,6 +506,9 @@ int main(int argc, char **argv) {
     DType dtype;
     std::function<Outcome()> run;
     bool nanGates = false; ///< judged by nansKept alone
+    /// 16-bit activations' tolerance (fp32's is 1e-4): gradients take
+    /// twice the forward's.
+    double tolerance16 = 1e-2;
     /// The largest errors over the rounds, and the rounds it failed.
     double outputError = 0, stateError = 0;
     std::string verdict = "ok";
@@ -433,6 +536,12 @@ int main(int argc, char **argv) {
                                            named.segmentTokens);
                           },
                           named.c.nanGateToken >= 0});
+    for (const NamedCase &named : backwardCases())
+      checks.push_back({&package, named.name, named.dtype,
+                        [&package, named] {
+                          return runBackwardCase(package, named.c, named.dtype);
+                        },
+                        false, 2e-2});
     for (DType dtype : {DType::BFloat16, DType::Float32}) {
       for (int64_t tokens : {1, 8})
         checks.push_back({&package, "decode-" + std::to_string(tokens), dtype,
@@ -459,7 +568,8 @@ int main(int argc, char **argv) {
   for (int round = 1; runChecks && round <= rounds; ++round) {
     int failed = 0;
     for (Check &check : checks) {
-      double tolerance = check.dtype == DType::Float32 ? 1e-4 : 1e-2;
+      double tolerance =
+          check.dtype == DType::Float32 ? 1e-4 : check.tolerance16;
       std::string verdict;
       Outcome outcome;
       try {

@@ -3,7 +3,9 @@ CUDA Python tests need on a GPU machine that has no compiler.
 
     python3 tests/python/prepare_gpu.py .gpu-python [--target sm_90a]
 
-DIR/packages: the examples test_torch_cuda.py opens; DIR/cache: the
+DIR/packages: the examples test_torch_cuda.py opens, and in
+DIR/packages/cpu their cpu packages, whose gradients it compares with the
+CUDA packages'; DIR/cache: the
 packages of every call test_fla_cuda.py makes, through linac.fla.prepare;
 DIR/linac: a copy of the compiler, whose bytes key that cache.
 tests/gpu/run.sh --python uses the folder when it exists."""
@@ -27,15 +29,17 @@ def main():
     parser.add_argument('--target', default='sm_90a')
     options = parser.parse_args()
     directory = os.path.abspath(options.directory)
-    os.makedirs(os.path.join(directory, 'packages'), exist_ok=True)
+    os.makedirs(os.path.join(directory, 'packages', 'cpu'), exist_ok=True)
     compiler = linac.find_compiler()
     shutil.copy2(compiler, os.path.join(directory, 'linac'))
     for name in CUDA_EXAMPLES:
-        subprocess.run([compiler, 'compile',
-                        os.path.join(EXAMPLES, name + '.mlir'), '--target',
-                        options.target, '-o',
-                        os.path.join(directory, 'packages', name + '.linac'),
-                        '--force'], check=True)
+        for target, out in ((options.target, name + '.linac'),
+                            ('cpu', os.path.join('cpu', name + '.linac'))):
+            subprocess.run([compiler, 'compile',
+                            os.path.join(EXAMPLES, name + '.mlir'),
+                            '--target', target, '-o',
+                            os.path.join(directory, 'packages', out),
+                            '--force'], check=True)
     os.environ['LINAC_CACHE_DIR'] = os.path.join(directory, 'cache')
     x = draw(torch.float32, 'cpu', T=2)
     for name in sorted(CASES):

@@ -1,6 +1,7 @@
 """linac's PyTorch operators on CUDA tensors, with the sm_90a packages
 tests/gpu/prepare.sh compiled (LINAC_GPU_PACKAGES, default .gpu-packages):
 forward and decode in bf16 and fp32 against the fp64 reference, the
+backward against the cpu packages' (tests/python/prepare_gpu.py), the
 operators under torch.compile and in a CUDA graph. Skipped without a GPU;
 tests/gpu/run.sh --python runs them on one."""
 
@@ -155,12 +156,51 @@ def test_cpp_module_matches_the_ctypes_path(monkeypatch):
         assert torch.equal(cpp[0], plain[0])
         assert (cpp[1] is None and plain[1] is None) or torch.equal(cpp[1],
                                                                     plain[1])
-    # Asking for a gradient takes the operator, whose backward refuses.
+    # Asking for a gradient takes the operator and its backward.
     first = layer.inputs[0]
     q = tensors[first].clone().requires_grad_()
     o, _ = linac.torch.forward(layer, **dict(tensors, **{first: q}))
-    with pytest.raises(NotImplementedError, match='no backward'):
-        o.float().sum().backward()
+    o.float().sum().backward()
+    assert q.grad.dtype == q.dtype and torch.isfinite(q.grad).all()
+
+
+GRADIENT_TOLERANCE = {torch.bfloat16: 2e-2, torch.float32: 1e-4}
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize('name', CUDA_EXAMPLES)
+def test_gradients_match_the_cpu_package(name, dtype):
+    # The cpu package's backward, checked against the fp64 reference in
+    # the CPU tests, on the same values: a varlen batch with an initial
+    # state.
+    layer = opened(name)
+    cpu_path = os.path.join(PACKAGES, 'cpu', name + '.linac')
+    if not os.path.isdir(cpu_path):
+        pytest.skip(f'no {cpu_path}: run tests/python/prepare_gpu.py')
+    host = linac.load(cpu_path)
+    arrays, tensors = cuda_arguments(layer, 1, 130, 2, dtype)
+    cu_seqlens = torch.tensor([0, 1, 65, 130])
+    initial = torch.randn(3, 2, layer.key_dim, layer.state_columns,
+                          device='cuda') * 0.1
+    if layer.state_columns > layer.value_dim:
+        initial[..., -1] = initial[..., -1].abs() + 1
+    leaves = {n: t.clone().requires_grad_() for n, t in tensors.items()}
+    start = initial.clone().requires_grad_()
+    o, final = linac.torch.forward(layer, initial_state=start,
+                                   cu_seqlens=cu_seqlens, **leaves)
+    d_o, d_final = torch.randn_like(o), torch.randn_like(final)
+    ((o.float() * d_o.float()).sum() + (final * d_final).sum()).backward()
+    want = host.backward(d_output=d_o.float().cpu().numpy(),
+                         d_final_state=d_final.cpu().numpy(),
+                         initial_state=initial.cpu().numpy(),
+                         cu_seqlens=cu_seqlens.numpy(), **arrays)
+    tolerance = GRADIENT_TOLERANCE[dtype]
+    for n, leaf in leaves.items():
+        assert leaf.grad.dtype == leaf.dtype
+        assert relative_error(leaf.grad.float().cpu().numpy(),
+                              want[n]) < tolerance, n
+    assert relative_error(start.grad.cpu().numpy(),
+                          want['initial_state']) < tolerance
 
 
 def test_nn_layer_matches_the_reference():

@@ -58,6 +58,8 @@ nlohmann::json cudaManifest() {
              190464),
       kernel("linac_scan_bfloat16", DType::BFloat16, Family::Recurrent, 128, 0),
       kernel("linac_scan_float32", DType::Float32, Family::Recurrent, 160, 0)};
+  manifest.backwardKernels = {
+      kernel("linac_scan_backward", DType::Float32, Family::Recurrent, 128, 0)};
   manifest.decode.parts = 2;
   manifest.decode.staging = schema::DecodeStaging::Tensor;
   manifest.decode.kernels = {kernel("linac_decode_float32", DType::Float32,
@@ -394,6 +396,11 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
        "decode.parts and decode.staging are a GPU package's"},
       {[](auto &m) { m["plan"]["target"] = "cpu"; },
        "plan.target differs from target"},
+      {[](auto &m) { m["backward_kernels"] = nlohmann::json::array(); },
+       "backward_kernels is empty"},
+      {[](auto &m) { m["backward_kernels"][0].erase("block_threads"); },
+       "backward_kernels[0] 'linac_scan_backward' has no block_threads or "
+       "shared_memory"},
   };
   for (const Case &c : cases) {
     nlohmann::json manifest = cudaManifest();
@@ -419,7 +426,7 @@ TEST_F(CudaPackage, NumbersAreRangeChecked) {
        "key_dim is 9223372036854775808"},
       {[](auto &m) { m["key_dim"] = "16"; }, "key_dim is \"16\""},
       {[](auto &m) { m["format"] = 1; },
-       "manifest format 1 is not the supported format 3"},
+       "manifest format 1 is not the supported format 4"},
       {[](auto &m) { m["decode"]["max_tokens"] = 0; },
        "decode.max_tokens is 0"},
       {[](auto &m) { m["decode"]["parts"] = int64_t(1) << 40; },
@@ -609,3 +616,75 @@ TEST_F(CudaPackage, DeviceDecodeChecksItsArguments) {
 }
 
 } // namespace
+
+TEST_F(CudaPackage, DeviceBackwardChecksItsArguments) {
+  linac::DeviceBackwardRequest backward;
+  backward.forward = request;
+  // The forward's output is not the backward's to write.
+  backward.forward.output = nullptr;
+  backward.dOutput = storage;
+  auto invalid = [&](linac::DeviceBackwardRequest r) {
+    return rejection([&] { package->backwardDevice(r); },
+                     linac::Error::Kind::InvalidArgument);
+  };
+
+  linac::DeviceBackwardRequest noDOutput = backward;
+  noDOutput.dOutput = nullptr;
+  EXPECT_EQ(invalid(noDOutput), "no output gradient (dOutput)");
+  linac::DeviceBackwardRequest misaligned = backward;
+  misaligned.forward.dtype = linac::DType::BFloat16;
+  misaligned.dOutput = reinterpret_cast<const char *>(storage) + 1;
+  EXPECT_EQ(invalid(misaligned),
+            "dOutput is not aligned to its 2-byte elements");
+  linac::DeviceBackwardRequest unknown = backward;
+  unknown.gradients["x"] = storage;
+  EXPECT_EQ(invalid(unknown), "gradient of 'x', which is not an input or "
+                              "parameter of layer 'toy'");
+  linac::DeviceBackwardRequest oddGradient = backward;
+  oddGradient.gradients["q"] =
+      reinterpret_cast<float *>(reinterpret_cast<char *>(storage) + 2);
+  EXPECT_EQ(invalid(oddGradient),
+            "gradient of 'q' is not aligned to its 4-byte elements");
+  linac::DeviceBackwardRequest oddState = backward;
+  oddState.dInitialState =
+      reinterpret_cast<float *>(reinterpret_cast<char *>(storage) + 2);
+  EXPECT_EQ(invalid(oddState),
+            "dInitialState is not aligned to its 4-byte elements");
+  linac::DeviceBackwardRequest shape = backward;
+  shape.forward.tensors["g"] = tensor({1, 8, 3});
+  EXPECT_EQ(invalid(shape), rejection([&] { package->check(shape.forward); },
+                                      linac::Error::Kind::InvalidArgument));
+
+  linac::BackwardRequest host;
+  host.forward = hostRequest();
+  host.dOutput = storage;
+  EXPECT_EQ(rejection([&] { package->backward(host); },
+                      linac::Error::Kind::InvalidArgument),
+            "package for target 'sm_90a' runs on a CUDA device; call the "
+            "device entry points");
+
+  // One sequence of 8 tokens, H = 2: (1 + 8 / 64 rounded up) checkpoints
+  // of each head's state, and 64 states entering a stretch's tokens for
+  // each (sequence, head), each state K x V floats.
+  EXPECT_EQ(package->backwardWorkspaceBytes(backward.forward),
+            size_t((2 * 2 + 1 * 2 * 64) * kDim * kDim * 4));
+
+  linac_package *handle = nullptr;
+  std::string path = write(cudaManifest()).string();
+  ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);
+  linac_device_backward_args args{};
+  EXPECT_EQ(linac_backward_device(nullptr, &args),
+            LINAC_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(linac_last_error(),
+               "linac_backward_device needs a package and arguments");
+  args.num_gradients = 1;
+  EXPECT_EQ(linac_backward_device(handle, &args), LINAC_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(linac_last_error(), "num_gradients is 1 but gradients is NULL");
+  size_t bytes = 0;
+  EXPECT_EQ(linac_backward_device_workspace(handle, nullptr, &bytes),
+            LINAC_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(linac_last_error(),
+               "linac_backward_device_workspace needs a package, arguments "
+               "and an out pointer");
+  linac_package_close(handle);
+}

@@ -46,6 +46,7 @@ schema::Manifest gpuManifest() {
   manifest.arguments = {{"q", schema::Role::Input, schema::Kind::Key},
                         {"w", schema::Role::Param, schema::Kind::Matrix}};
   manifest.kernels = schema::forwardKernels(plan, "layer.cubin");
+  manifest.backwardKernels = schema::backwardKernels(plan, "layer.cubin");
   manifest.decode.kernels = schema::decodeKernels(plan, "layer.cubin");
   manifest.decode.parts = plan.decodeParts;
   manifest.decode.staging = plan.decodeStaging;
@@ -99,6 +100,15 @@ TEST(Manifest, KernelListFollowsThePlan) {
   plan.target = schema::Target::Cpu;
   EXPECT_EQ(schema::forwardKernels(plan, "layer.so").front().entry,
             "linac_cpu_forward");
+  // A cpu package's backward is its kernel file's linac_cpu_backward; a
+  // GPU package's one kernel takes every dtype.
+  EXPECT_TRUE(schema::backwardKernels(plan, "layer.so").empty());
+  plan.target = schema::Target::Sm80;
+  const std::vector<schema::Kernel> backward =
+      schema::backwardKernels(plan, "k");
+  ASSERT_EQ(backward.size(), 1u);
+  EXPECT_EQ(backward.front().entry, "linac_scan_backward");
+  EXPECT_EQ(backward.front().blockThreads, plan.scanBlockThreads);
 }
 
 TEST(Manifest, ErrorsNameTheField) {
@@ -143,6 +153,7 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
   manifest.plan.tensorInputs.reset();
   manifest.plan.tensorOutput.reset();
   manifest.kernels = schema::forwardKernels(manifest.plan, "layer.so");
+  manifest.backwardKernels = schema::backwardKernels(manifest.plan, "layer.so");
   manifest.decode.kernels = schema::decodeKernels(manifest.plan, "layer.so");
   schema::addIsaVariant(manifest, schema::CpuIsa::Avx2Fma, "layer.avx2_fma.so");
   ASSERT_EQ(manifest.kernels.size(), 2u);

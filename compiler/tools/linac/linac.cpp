@@ -137,6 +137,7 @@ manifestOf(linac::LayerOp layer, const linac::manifest::NormalForm &form,
          layer.isParam(arg) ? manifest::Role::Param : manifest::Role::Input,
          linac::kindOf(arg.getType())});
   contents.kernels = manifest::forwardKernels(plan, kernelFile);
+  contents.backwardKernels = manifest::backwardKernels(plan, kernelFile);
   contents.segments = manifest::segmentsFor(plan, kernelFile);
   contents.phased = manifest::phasedFor(plan, kernelFile);
   contents.decode.kernels = manifest::decodeKernels(plan, kernelFile);

@@ -31,7 +31,7 @@ enum class DType { Float32, BFloat16, Float16 };
 namespace manifest {
 
 /// The manifest format this runtime reads and the compiler writes.
-inline constexpr int64_t kFormat = 3;
+inline constexpr int64_t kFormat = 4;
 
 enum class Target { Cpu, Sm90a, Sm80 };
 /// The forward pass's algorithm.
@@ -322,6 +322,10 @@ struct Kernel {
 /// A package's forward kernels in the order the runtime searches them, so
 /// that the first for a dtype is the fastest; `file` holds them all.
 std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file);
+/// A CUDA package's backward kernels: one, linac_scan_backward, which takes
+/// the activation dtype as an argument (listed as float32); none on the
+/// CPU, whose backward is the kernel file's linac_cpu_backward.
+std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file);
 /// A package's decode kernels, one per activation dtype (one entry on the
 /// CPU).
 std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file);
@@ -423,6 +427,7 @@ struct Manifest {
   Plan plan;
   std::vector<Argument> arguments;
   std::vector<Kernel> kernels;
+  std::vector<Kernel> backwardKernels;
   std::optional<Segments> segments;
   std::optional<Phased> phased;
   Decode decode;
@@ -446,6 +451,7 @@ struct Manifest {
     visit("plan", self.plan);
     visit("arguments", self.arguments);
     visit("kernels", self.kernels);
+    visit("backward_kernels", self.backwardKernels);
     visit("segments", self.segments);
     visit("phased", self.phased);
     visit("decode", self.decode);

@@ -109,6 +109,20 @@ struct DeviceForwardRequest {
   int64_t segmentTokens = 0;
 };
 
+/// The backward of a CUDA package's forward pass: BackwardRequest's
+/// buffers in device memory, enqueued on forward.stream. Gradients are
+/// float32 whatever the activations' dtype.
+struct DeviceBackwardRequest {
+  /// Its output, final state and segmentTokens unused.
+  DeviceForwardRequest forward;
+  const void *dOutput = nullptr;      ///< [B, T, H, V] in forward.dtype
+  const float *dFinalState = nullptr; ///< as the states, or null for zeros
+  /// Each input's and parameter's gradient, by name, shaped as its tensor;
+  /// an argument left out gets none.
+  std::map<std::string, float *> gradients;
+  float *dInitialState = nullptr; ///< as the states, or null
+};
+
 /// A decode step of a cpu package: a few new tokens for each of B
 /// sequences whose states live in a pool of P slots, addressed per sequence
 /// (continuous batching).
@@ -190,11 +204,21 @@ public:
   /// Validates what a device request can be checked for without a driver:
   /// shapes, dtype, and pointers' presence and alignment.
   ForwardShape check(const DeviceForwardRequest &request) const;
+  /// The checks of check(DeviceForwardRequest) but the output's and the
+  /// final state's, which a backward call does not write.
+  ForwardShape checkDeviceInputs(const DeviceForwardRequest &request) const;
   /// Runs the forward pass of a cpu package on host buffers.
   void forward(const ForwardRequest &request) const;
   /// Runs the backward pass of a cpu package on host buffers, overwriting
   /// the gradients.
   void backward(const BackwardRequest &request) const;
+  /// Enqueues the backward pass of a CUDA package on the request's
+  /// stream, as forwardDevice, overwriting the gradients; the workspace it
+  /// keeps states in lives in the stream's order (backwardWorkspaceBytes).
+  void backwardDevice(const DeviceBackwardRequest &request) const;
+  /// The device memory a backward call on `request`'s shape takes besides
+  /// its arguments.
+  size_t backwardWorkspaceBytes(const DeviceForwardRequest &request) const;
   /// Runs a decode step of a cpu package on host buffers.
   void decode(const DecodeRequest &request) const;
   /// Enqueues a decode step of a CUDA package on the request's stream.
@@ -263,6 +287,8 @@ private:
   void encodeStateMap(float *pool, int64_t states,
                       linac_cuda_decode_args &args) const;
   std::vector<CudaKernel> decodeKernels_;
+  /// The backward kernel, for every dtype (the manifest's backward_kernels).
+  std::optional<CudaKernel> backwardKernel_;
   /// Encodes the tensor maps of the plan's tensor_inputs and tensor_output
   /// into `args` when every one of them takes one.
   void encodeTensorMaps(const DeviceForwardRequest &request,

@@ -208,6 +208,36 @@ linac_status linac_states_to_pool(const linac_package *package,
 linac_status linac_forward_device(linac_package *package,
                                   const linac_device_forward_args *args);
 
+/* The backward of a CUDA package's forward pass: linac_backward_args' buffers
+ * in device memory (cu_seqlens on the host), d_output in forward.dtype,
+ * every gradient float32. Enqueued on forward.stream like
+ * linac_forward_device; the states the pass keeps live in a workspace
+ * allocated and freed in the stream's order
+ * (linac_backward_device_workspace says how large). */
+typedef struct linac_device_gradient {
+  const char *name;
+  float *data;
+} linac_device_gradient;
+
+typedef struct linac_device_backward_args {
+  linac_device_forward_args forward;      /* output and final_state unused */
+  const void *d_output;                   /* [B, T, H, V] */
+  const float *d_final_state;             /* [N, H, K, V], or NULL for zeros */
+  const linac_device_gradient *gradients; /* an argument left out gets none */
+  size_t num_gradients;
+  float *d_initial_state; /* [N, H, K, V], or NULL */
+} linac_device_backward_args;
+
+linac_status linac_backward_device(linac_package *package,
+                                   const linac_device_backward_args *args);
+
+/* The device memory a linac_backward_device call on `forward`'s tensors
+ * takes besides its arguments, in bytes. */
+linac_status
+linac_backward_device_workspace(const linac_package *package,
+                                const linac_device_forward_args *forward,
+                                size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif

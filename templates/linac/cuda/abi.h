@@ -2,7 +2,8 @@
  *
  * Every kernel in a CUDA package's cubin is `extern "C" __global__` and takes
  * one linac_cuda_forward_args (forward) or linac_cuda_decode_args (decode)
- * by value, as a __grid_constant__ (its tensor maps are read in place).
+ * by value, as a __grid_constant__ (its tensor maps are read in place),
+ * or one linac_cuda_backward_args (backward).
  * The manifest lists each kernel with its activation dtype, block size and
  * dynamic shared memory; a forward grid is (num_heads, num_seqs), or with
  * segments as linac_cuda_segment_pass says, after the preparing kernel when
@@ -22,7 +23,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 7
+#define LINAC_CUDA_ABI_VERSION 8
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
 
@@ -116,6 +117,28 @@ typedef struct linac_cuda_forward_args {
   linac_cuda_tensor_map input_maps[LINAC_CUDA_MAX_ARGUMENTS];
   linac_cuda_tensor_map output_map;
 } linac_cuda_forward_args;
+
+/* The backward pass of the forward `forward` describes (its output and
+ * final_state unused): the gradients of L = <d_output, output> +
+ * <d_final_state, final state>. Grid (num_heads, num_seqs), one block per
+ * (head, sequence) as the scan's; one kernel takes every activation dtype.
+ * Every gradient is float32, zeroed by the runtime, and the blocks add into it.
+ * The workspace holds the states the pass keeps: a checkpoint every
+ * kCheckpointTokens tokens, [slots, H, K, columns] with slots as
+ * templates/linac/cuda/geometry.h's checkpointSlots and checkpointSlot say, and
+ * each block's states entering the tokens of one stretch between checkpoints,
+ * [num_seqs, H, kCheckpointTokens, K, columns]. */
+typedef struct linac_cuda_backward_args {
+  linac_cuda_forward_args forward;
+  int32_t dtype;              /* of the inputs and d_output, as linac_dtype */
+  const void *d_output;       /* [tokens, H, V] */
+  const float *d_final_state; /* [N, H, K, columns], or NULL for zeros */
+  float *input_grads[LINAC_CUDA_MAX_ARGUMENTS]; /* as the inputs */
+  float *param_grads[LINAC_CUDA_MAX_ARGUMENTS]; /* as the parameters */
+  float *d_initial_state; /* [N, H, K, columns], or NULL */
+  float *checkpoints;
+  float *entering;
+} linac_cuda_backward_args;
 
 /* Columns of a decode state's tensor-map box: 128 bytes of floats, the
  * widest row the 128-byte swizzle takes. */

@@ -265,6 +265,17 @@ LINAC_GEOMETRY int64_t preparedSlots(int64_t seqs, int64_t tokens) {
   return seqs + (tokens + kChunkSize - 1) / kChunkSize;
 }
 
+/// Tokens between the states the scan's backward keeps (its checkpoints),
+/// and the slot of sequence `seq`'s c-th checkpoint, its tokens from
+/// `begin`, among the checkpointSlots of a batch.
+inline constexpr int kCheckpointTokens = 64;
+LINAC_GEOMETRY int64_t checkpointSlot(int64_t seq, int64_t begin, int64_t c) {
+  return seq + begin / kCheckpointTokens + c;
+}
+LINAC_GEOMETRY int64_t checkpointSlots(int64_t seqs, int64_t tokens) {
+  return seqs + (tokens + kCheckpointTokens - 1) / kCheckpointTokens;
+}
+
 /// Threads of the recurrent scan's block: thread j holds value column j,
 /// and one more the normaliser's, in whole warps.
 LINAC_GEOMETRY int scanThreads(int values, bool normalized) {

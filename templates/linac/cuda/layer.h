@@ -1,11 +1,14 @@
-//===- layer.h - the CUDA skeletons generated layers instantiate -*- C++ -*-===//
+//===- layer.h - the CUDA skeletons generated layers instantiate -*- C++
+//-*-===//
 //
 // A generated layer is a struct `Layer` with the spec's dimensions, normal
 // form and plan as constants, and from the spec's body
 //   Chunk::prologue(token, operands) and Chunk::epilogue(token, read, out),
 //   run by one warp per token in the chunkwise kernel, and
 //   Scan::step(token, state, scale, out), run by the recurrent scan, and
-//   Decode::step, the same step on decode.h's split of the state.
+//   Decode::step, the same step on decode.h's split of the state, and
+//   ScanBackward::stepBackward(token, state, scale, dState, dOut, grad),
+//   the step's reverse, run by the backward pass (backward.h).
 // The LINAC_*_KERNEL(S) macros define the entry points the package's
 // manifest lists, one per activation dtype, and LINAC_CONTRACT the hash
 // that ties the cubin to the manifest.
@@ -16,6 +19,7 @@
 #define LINAC_CUDA_LAYER_H
 
 #include "linac/contract.h"
+#include "linac/cuda/backward.h"
 #include "linac/cuda/phased.h"
 #include "linac/cuda/scan.h"
 #include "linac/cuda/warpgroup.h"
@@ -68,6 +72,16 @@
 #define LINAC_SCAN_KERNEL_FLOAT16(Layer)                                       \
   LINAC_CUDA_ENTRY(Layer, scan, float16, __half,                              \
                    linac::cuda::scanThreads<Layer>())
+
+/// The backward pass token by token (backward.h), for every layer and
+/// activation dtype.
+#define LINAC_SCAN_BACKWARD_KERNEL(Layer)                                      \
+  extern "C" __global__ void __launch_bounds__(                                \
+      linac::cuda::scanThreads<Layer>())                                       \
+      linac_scan_backward(                                                     \
+          const __grid_constant__ linac_cuda_backward_args args) {             \
+    linac::cuda::scanBackwardKernel<Layer>(args);                              \
+  }
 
 /// Decode on a state pool, for every layer and dtype.
 #define LINAC_DECODE_KERNELS(Layer)                                            \

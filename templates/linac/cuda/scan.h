@@ -30,6 +30,7 @@ template <int K, int V, bool Normalized> struct ScanState {
     for (int i = 0; i < K; ++i)
       s[i] = p && j < kColumns ? p[i * kColumns + j] : 0.0f;
   }
+  LINAC_DEVICE ScanState copy() const { return *this; }
   LINAC_DEVICE void store(float *p) const {
     int j = column();
     if (j < kColumns)

@@ -233,7 +233,8 @@ private:
 
 /// A key vector every thread of the scan holds whole.
 template <int N> struct FullVec : Elements<FullVec<N>, N> {
-  template <typename T> LINAC_DEVICE static FullVec load(const T *p) {
+  /// From a pointer, or a source indexed as one (backward.h's AnyInput).
+  template <typename P> LINAC_DEVICE static FullVec load(const P &p) {
     FullVec v;
     for (int i = 0; i < N; ++i)
       v.x[i] = toFloat(p[i]);
@@ -265,7 +266,7 @@ LINAC_DEVICE float blockSum(float x) {
 /// Thread j's element of a value vector of N (zero for j >= N).
 template <int N> struct ColumnVec : Elements<ColumnVec<N>, 1> {
   LINAC_DEVICE static int column() { return threadIdx.x; }
-  template <typename T> LINAC_DEVICE static ColumnVec load(const T *p) {
+  template <typename P> LINAC_DEVICE static ColumnVec load(const P &p) {
     ColumnVec v;
     v.x[0] = column() < N ? toFloat(p[column()]) : 0.0f;
     return v;
@@ -281,7 +282,7 @@ template <int N> struct ColumnVec : Elements<ColumnVec<N>, 1> {
 
 /// Thread j's column of a per-token K x V matrix, row-major in memory.
 template <int K, int V> struct MatrixColumn : Elements<MatrixColumn<K, V>, K> {
-  template <typename T> LINAC_DEVICE static MatrixColumn load(const T *p) {
+  template <typename P> LINAC_DEVICE static MatrixColumn load(const P &p) {
     MatrixColumn m;
     int j = threadIdx.x;
     for (int i = 0; i < K; ++i)

@@ -1,7 +1,7 @@
 """linac's PyTorch operators on CPU tensors: results against the fp64
-reference, torch.library.opcheck, torch.compile(fullgraph=True), and
+reference, torch.library.opcheck, torch.compile(fullgraph=True),
 gradients against autograd through the same layer written in float64
-torch."""
+torch, and torch.autograd.gradcheck."""
 
 import numpy as np
 import pytest
@@ -191,3 +191,28 @@ def test_device_arguments_are_checked_before_any_launch(layer):
     with pytest.raises(linac.InvalidArgument, match=r'state_pool has shape'):
         linac.torch._decode_device(layer, arguments, pool[0],
                                    torch.tensor([0]), 0.0)
+
+
+@pytest.mark.filterwarnings('ignore:Input #:UserWarning')
+@pytest.mark.parametrize('spec', ['scalar_delta', 'normalized'])
+def test_gradcheck(spec, cache):
+    # torch.autograd.gradcheck over every argument and the initial state,
+    # by chunks (scalar_delta) and token by token (a normaliser). The
+    # packages compute in float32, so the finite differences take a wider
+    # step and looser tolerances than float64's defaults.
+    layer = linac.compile(SPECS[spec], cache=cache)
+    _, tensors = torch_arguments(layer, 2, 5, 1)
+    names = list(tensors)
+    initial = torch.randn(2, 1, layer.key_dim, layer.state_columns) * 0.1
+    if layer.state_columns > layer.value_dim:
+        initial[..., -1] = initial[..., -1].abs() + 1
+
+    def run(*leaves):
+        *arguments, start = leaves
+        return linac.torch.forward(layer, initial_state=start,
+                                   **dict(zip(names, arguments)))
+
+    leaves = [t.clone().requires_grad_() for t in tensors.values()]
+    assert torch.autograd.gradcheck(
+        run, (*leaves, initial.requires_grad_()), eps=1e-2, atol=2e-3,
+        rtol=2e-2, nondet_tol=0.0)

@@ -885,10 +885,15 @@ std::string BodyEmitter::chunkBackwardFunctions(StringRef prologueSignature,
     accumulate(gate, "d.gv");
   if (Value e = form.eraseStrength)
     accumulateScaled(e, form.key, "d.e");
-  if (Value w = form.writeStrength)
-    accumulateScaled(w, form.value, "d.u");
+  // d.u holds the normaliser's weight's gradient last, when there is one.
+  const std::string du = "valuesOf<V>(d.u)";
+  Value w = form.writeStrength;
+  if (w)
+    accumulateScaled(w, form.value, du);
   else
-    accumulate(form.value, "d.u");
+    accumulate(form.value, du);
+  if (w && w.getType().isF32() && layer.getStateType().getNormalized())
+    accumulate(w, "d.u[V]");
   emitReverse();
   std::string text = function(prologueSignature);
 
@@ -978,11 +983,10 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
         "Operands<K, V, kNormalizer> &out)",
         "static void epilogue(const Token<Layer> &token, const Vec<V> &read, "
         "float *out)");
-  // The backward of a chunkwise layer without a value-side decay or a
-  // normaliser runs by chunks, reversing the prologue and the epilogue;
-  // any other's reverses the step, token by token.
-  if (!recurrent && !emitter.form.valueDecay &&
-      !layer.getStateType().getNormalized())
+  // The backward of a chunkwise layer without a value-side decay runs by
+  // chunks, reversing the prologue and the epilogue; any other's reverses
+  // the step, token by token.
+  if (!recurrent && !emitter.form.valueDecay)
     out += emitter.chunkBackwardFunctions(
         "static void prologueBackward(const Token<Layer> &token, "
         "const Operands<K, V, kNormalizer> &d, "

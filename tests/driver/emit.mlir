@@ -36,7 +36,7 @@
 // SOURCE-NEXT: grad_my_gate = grad_my_gate + sum(d.gk);
 // SOURCE-NEXT: grad_state_1 = grad_state_1 + read_1 * d.e;
 // SOURCE-NEXT: grad_read_1 = grad_read_1 + dot(d.e, state_1);
-// SOURCE-NEXT: grad_arg_v = grad_arg_v + d.u;
+// SOURCE-NEXT: grad_arg_v = grad_arg_v + valuesOf<V>(d.u);
 // SOURCE-NEXT: // back through %my.gate = arith.minimumf %float, %zero
 // SOURCE-NEXT: grad_float_1 = grad_float_1 + whereAtLeast(zero, float_1, grad_my_gate);
 // SOURCE-NOT: grad_zero

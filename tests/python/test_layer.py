@@ -11,7 +11,8 @@ import reference
 from conftest import EXAMPLES
 
 # Small layers nobody ships, at K = V = 16: a scalar-gated delta rule, a
-# key-vector gate with a value-vector write strength, a normaliser.
+# key-vector gate with a value-vector write strength, a normaliser, a decay
+# on both sides.
 SPECS = {
     'scalar_delta': '''
 !key = tensor<16xf32, #linac.key>
@@ -58,6 +59,21 @@ linac.layer @normalized(%S : !state)
   %S1 = linac.decay %S key(%log_f : f32) : !state
   %S2 = linac.write %S1, %k, %v strength(%gate : f32) : !state, !key, !value
   %o = linac.read %S2, %q normalized : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}''',
+    'two_sided': '''
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+linac.layer @two_sided(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %g : !key, %h : !value) {
+  %sp_g = linac.softplus %g : !key
+  %log_a = arith.negf %sp_g : !key
+  %sp_h = linac.softplus %h : !value
+  %log_b = arith.negf %sp_h : !value
+  %S1 = linac.decay %S key(%log_a : !key) value(%log_b : !value) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value
 }''',
 }

@@ -153,7 +153,7 @@ def test_gradients_without_an_initial_state_or_a_final_state(layer):
 
 
 def test_normalized_layer_gradients_are_finite(cache):
-    # A normaliser's layer goes back token by token.
+    # A normaliser goes back by chunks, as one more column of the state.
     layer = linac.compile(SPECS['normalized'], cache=cache)
     arrays, tensors = torch_arguments(layer, 1, 9, 2)
     leaves = {n: t.clone().requires_grad_() for n, t in tensors.items()}
@@ -194,12 +194,12 @@ def test_device_arguments_are_checked_before_any_launch(layer):
 
 
 @pytest.mark.filterwarnings('ignore:Input #:UserWarning')
-@pytest.mark.parametrize('spec', ['scalar_delta', 'normalized'])
+@pytest.mark.parametrize('spec', ['scalar_delta', 'normalized', 'two_sided'])
 def test_gradcheck(spec, cache):
     # torch.autograd.gradcheck over every argument and the initial state,
-    # by chunks (scalar_delta) and token by token (a normaliser). The
-    # packages compute in float32, so the finite differences take a wider
-    # step and looser tolerances than float64's defaults.
+    # by chunks (an erase; a normaliser) and token by token (a value-side
+    # decay). The packages compute in float32, so the finite differences
+    # take a wider step and looser tolerances than float64's defaults.
     layer = linac.compile(SPECS[spec], cache=cache)
     _, tensors = torch_arguments(layer, 2, 5, 1)
     names = list(tensors)

@@ -13,6 +13,7 @@
 
 #include "linac/cpu/vec.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace linac::cpu {
@@ -76,6 +77,15 @@ Vec<N> l2normGradient(const Vec<N> &x, const Vec<N> &r, const Vec<N> &d,
   for (int i = 0; i < N; ++i)
     g[i] = float((d[i] - r[i] * along) / norm);
   return g;
+}
+
+/// The first V elements of a written value's gradient: without its
+/// normaliser's weight, the last of V + 1 when the state carries one.
+template <int V, int U> Vec<V> valuesOf(const Vec<U> &d) {
+  static_assert(U == V || U == V + 1, "V columns and at most a normaliser");
+  Vec<V> values;
+  std::copy_n(d.x.begin(), V, values.x.begin());
+  return values;
 }
 
 /// An argument's gradient added to its row.

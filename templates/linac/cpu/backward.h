@@ -1,15 +1,16 @@
 //===- backward.h - the backward pass on the CPU ----------------*- C++ -*-===//
 //
 // backward<Layer> runs the gradients of a layer, one (sequence, head) at a
-// time. A chunkwise layer without a value-side decay or a normaliser goes
-// by chunks:
+// time. A chunkwise layer without a value-side decay goes by chunks, a
+// normaliser as one more column of the state and of the writes:
 //
 //   forward: the generated prologue and chunkForward (products.h) from the
 //     initial state, keeping the state that enters each chunk and the
 //     chunk's reads;
 //   backward, chunk by chunk from the last: the chunk's operands again,
 //     the generated epilogueBackward on its kept reads (the
-//     output's gradient to the read's and the arguments'), chunkBackward
+//     output's gradient to the read's and the arguments'), the division by
+//     the normaliser's read reversed (normalizeBackward), chunkBackward
 //     (the reads' and the leaving state's gradients to the operands' and
 //     the entering state's), then prologueBackward (the operands' to the
 //     arguments').
@@ -65,29 +66,51 @@ template <typename Layer> struct TokenGradients {
 
 /// The backward of one head of one sequence, its gradients added to
 /// `args`' buffers and its parameters' to `paramGrads`.
+/// The gradient of a raw read (V columns and the normaliser's n^T q
+/// scale) from that of normalize's result, `dRead`: divided by max(|n^T q
+/// scale|, 1), whose own gradient is 0 where it is 1, as the reference's.
+template <int V, bool N>
+Vec<V + (N ? 1 : 0)> normalizeBackward(const Vec<V + (N ? 1 : 0)> &raw,
+                                       const Vec<V> &dRead) {
+  Vec<V + (N ? 1 : 0)> dRaw;
+  std::copy_n(dRead.x.begin(), V, dRaw.x.begin());
+  if constexpr (N) {
+    const double m = raw[V], divisor = std::max(std::fabs(m), 1.0);
+    double dDivisor = 0.0;
+    for (int j = 0; j < V; ++j) {
+      dRaw[j] = float(dRead[j] / divisor);
+      dDivisor -= double(dRead[j]) * raw[j] / (divisor * divisor);
+    }
+    dRaw[V] = std::fabs(m) > 1.0 ? float(m > 0.0 ? dDivisor : -dDivisor) : 0.0f;
+  }
+  return dRaw;
+}
+
 template <typename Layer>
 void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
                   int64_t seq, int64_t head) {
   constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
+  constexpr bool N = Layer::kNormalizer;
+  constexpr int U = V + (N ? 1 : 0);
   constexpr int G = Layer::kUniformKeyGate ? 1 : K;
-  using Records = Operands<K, V, false>;
+  using Records = Operands<K, V, N>;
   static_assert(sizeof(Records) % sizeof(float) == 0 &&
-                    sizeof(Vec<V>) == V * sizeof(float),
+                    sizeof(Vec<U>) == U * sizeof(float),
                 "records and reads are whole floats");
   const linac_cpu_forward_args &forward = args.forward;
   const int64_t begin = forward.cu_seqlens[seq],
                 end = forward.cu_seqlens[seq + 1];
   const int64_t chunks = (end - begin + C - 1) / C;
-  const size_t stateSize = size_t(K) * V;
+  const size_t stateSize = size_t(K) * U;
   const size_t stateAt = size_t(seq * forward.num_heads + head) * stateSize;
 
   std::vector<Records> records(C), gradients(C);
-  std::vector<Vec<V>> dReads(C);
+  std::vector<Vec<U>> dReads(C);
   std::vector<double> lam(C * G), lamQ(C * G), dGate(C * G);
   const int rowStride = int(sizeof(Records) / sizeof(float));
   const Chunk chunk{C,
                     K,
-                    V,
+                    U,
                     Layer::kErase,
                     Layer::kReadBefore,
                     Layer::kUniformKeyGate,
@@ -128,7 +151,7 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
 
   // The state entering each chunk and each chunk's reads, kept.
   std::vector<float> entering(size_t(chunks) * stateSize);
-  std::vector<Vec<V>> reads(size_t(chunks) * C);
+  std::vector<Vec<U>> reads(size_t(chunks) * C);
   std::vector<float> state(stateSize, 0.0f);
   if (forward.initial_state)
     std::copy_n(forward.initial_state + stateAt, stateSize, state.begin());
@@ -146,14 +169,18 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
     const int64_t start = begin + c * C;
     const float *const enteringState = entering.data() + c * stateSize;
     for (int t = 0; t < C; ++t) {
-      dReads[t] = Vec<V>{};
+      dReads[t] = Vec<U>{};
       if (t >= L)
         continue;
       const int64_t token = start + t;
+      const Vec<U> &raw = reads[c * C + t];
+      Vec<V> dRead;
       Layer::epilogueBackward(
-          Token<Layer>{forward, token, head}, reads[c * C + t],
+          Token<Layer>{forward, token, head},
+          State<K, V, N>::template normalize<V, N>(raw),
           Vec<V>::load(args.d_output + (token * forward.num_heads + head) * V),
-          dReads[t], TokenGradients<Layer>{args, paramGrads, token, head});
+          dRead, TokenGradients<Layer>{args, paramGrads, token, head});
+      dReads[t] = normalizeBackward<V, N>(raw, dRead);
     }
     std::fill(gradients.begin(), gradients.end(), Records{});
     chunkBackward(chunk, enteringState, dReads[0].x.data(), dState.data(), out);
@@ -354,8 +381,7 @@ void stepHeadBackward(const linac_cpu_backward_args &args,
 /// The backward over every sequence and head on args.forward.threads
 /// workers.
 template <typename Layer> int backward(const linac_cpu_backward_args &args) {
-  constexpr bool kByChunks =
-      !Layer::kRecurrent && !Layer::kValueDecay && !Layer::kNormalizer;
+  constexpr bool kByChunks = !Layer::kRecurrent && !Layer::kValueDecay;
   const linac_cpu_forward_args &forward = args.forward;
   const int64_t heads = forward.num_heads;
   // Groups of heads whose boundaries are every input's row boundaries:

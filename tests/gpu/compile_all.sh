@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # compile_all.sh LINAC TARGET OUT: compiles every example and every spec of
-# tests/cpu/specs and tests/gpu/specs for TARGET into OUT/NAME.linac, with
-# a cache of its own so that nvcc builds each; on sm_90a, the specs named
+# tests/cpu/specs and tests/gpu/specs for TARGET into OUT/NAME.linac, as
+# many at a time as there are cores (LINAC_COMPILE_JOBS to say), with a
+# cache of its own so that nvcc builds each; on sm_90a, the specs named
 # grouped_* and the examples of an erase under a scalar gate or none also
 # into OUT/KERNEL_NAME.linac for the pipelined, phased and lockstep
 # chunkwise kernels, and those of an erase under a key-vector gate and
@@ -21,14 +22,30 @@ mkdir -p "$out"
 export LINAC_CACHE_DIR="$out/.cache"
 rm -rf "$LINAC_CACHE_DIR"
 count=0
-compile() { # SPEC PACKAGE-NAME [OPTIONS...]
-  local spec=$1 name=$2 log
+failed=0
+running=0
+jobs=${LINAC_COMPILE_JOBS:-$(nproc)}
+declare -A named
+# Waits for one compile to end, noting a failure.
+reap() {
+  wait -n || failed=1
+  running=$((running - 1))
+}
+compile() { # SPEC PACKAGE-NAME [OPTIONS...]: starts it, `jobs` at a time
+  local spec=$1 name=$2
   shift 2
-  if ! log=$("$linac" compile "$spec" --target "$target" "$@" \
-             -o "$out/$name.linac" 2>&1); then
-    printf '%s\n%s failed for %s\n' "$log" "$spec" "$target"
-    exit 1
-  fi
+  # tests/gpu/specs repeats two of tests/cpu/specs under their names.
+  [[ -z ${named[$name]:-} ]] || return 0
+  named[$name]=1
+  ((running < jobs)) || reap
+  (
+    if ! log=$("$linac" compile "$spec" --target "$target" "$@" \
+               -o "$out/$name.linac" 2>&1); then
+      printf '%s\n%s failed for %s\n' "$log" "$spec" "$target"
+      exit 1
+    fi
+  ) &
+  running=$((running + 1))
   count=$((count + 1))
 }
 for spec in examples/*.mlir tests/cpu/specs/*.mlir tests/gpu/specs/*.mlir; do
@@ -56,5 +73,7 @@ if [[ $target == sm_90a ]]; then
     done
   done
 fi
+while ((running > 0)); do reap; done
 rm -rf "$LINAC_CACHE_DIR"
+((failed == 0)) || exit 1
 echo "compiled $count packages for $target"

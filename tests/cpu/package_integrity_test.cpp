@@ -288,7 +288,9 @@ TEST_F(PackageIntegrity, NumbersAreRangeChecked) {
                           {"transition_blocks", 0}};
        },
        "segments are a GPU package's"},
-      {[](auto &m) { m["backward_kernels"] = {m["kernels"][0]}; },
+      {[](auto &m) {
+         m["backward_kernels"] = nlohmann::json::array({m["kernels"][0]});
+       },
        "backward_kernels are a GPU package's"},
   };
   for (const Case &c : cases) {

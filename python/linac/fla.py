@@ -457,9 +457,9 @@ _FLA_OPERATIONS = {'gated_delta_rule': ('chunk_gated_delta_rule',),
 def register_fla_backend(priority=1):
     """Registers linac with FLA's backend dispatch for the operations in
     _FLA_OPERATIONS, at `priority` (lower runs first; FLA's own backends
-    take 3 and up). A call linac does not take (a flag it refuses, a CUDA
-    input that needs a backward) falls through to FLA's next backend. FLA_LINAC=0
-    in the environment turns it off. Returns the backend."""
+    take 3 and up). A call linac does not take (a flag it refuses) falls
+    through to FLA's next backend. FLA_LINAC=0 in the environment turns it
+    off. Returns the backend."""
     from fla.ops.backends import BackendRegistry, BaseBackend
 
     methods = {}

@@ -645,6 +645,11 @@ TEST_F(CudaPackage, DeviceBackwardChecksItsArguments) {
       reinterpret_cast<float *>(reinterpret_cast<char *>(storage) + 2);
   EXPECT_EQ(invalid(oddGradient),
             "gradient of 'q' is not aligned to its 4-byte elements");
+  linac::DeviceBackwardRequest oddFinal = backward;
+  oddFinal.dFinalState =
+      reinterpret_cast<const float *>(reinterpret_cast<char *>(storage) + 2);
+  EXPECT_EQ(invalid(oddFinal),
+            "dFinalState is not aligned to its 4-byte elements");
   linac::DeviceBackwardRequest oddState = backward;
   oddState.dInitialState =
       reinterpret_cast<float *>(reinterpret_cast<char *>(storage) + 2);

@@ -205,7 +205,12 @@ def test_gradcheck(spec, cache):
     names = list(tensors)
     initial = torch.randn(2, 1, layer.key_dim, layer.state_columns) * 0.1
     if layer.state_columns > layer.value_dim:
+        # The read divides by max(|scale n^T q|, 1): positive q, k and n
+        # keep that read above 2, clear of the kink a finite difference
+        # cannot step over (random signs failed 3 seeds in 40).
         initial[..., -1] = initial[..., -1].abs() + 1
+        tensors['q'] = tensors['q'].abs() + 0.5
+        tensors['k'] = tensors['k'].abs()
 
     def run(*leaves):
         *arguments, start = leaves

@@ -177,12 +177,13 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
     }
   }
   __syncthreads();
+  bool midpoint = false;
   if constexpr (kHalves)
-    prepareHalf<Layer, Layout>(buffer, warp, threadIdx.x, gates,
-                               readScale<Layer>(args));
-  prepareBuffer<Layer, Layout>(buffer, warp, threadIdx.x,
-                               readScale<Layer>(args), true, true,
-                               [] { __syncthreads(); });
+    midpoint = prepareHalf<Layer, Layout>(buffer, warp, threadIdx.x, gates,
+                                          readScale<Layer>(args));
+  prepareBuffer<Layer, Layout>(
+      buffer, warp, threadIdx.x, readScale<Layer>(args), true, true,
+      [] { __syncthreads(); }, midpoint);
   fenceSharedForBulkCopies();
   __syncthreads();
   if (threadIdx.x == 0) {

@@ -379,18 +379,28 @@ LINAC_DEVICE float warpSumsSpread(float (&x)[N], int &index) {
   return x[0];
 }
 
+/// The largest fall of any channel's log-gate over a chunk that the
+/// chunk's products may take through one reference, the fall's midpoint:
+/// every factor is then within e^(+-48), inside the range of bf16's and
+/// fp32's normal numbers with room for the operands' own. A masked pair's
+/// product may overflow, but a select drops it.
+inline constexpr float kMidpointFall = 96.0f;
+
 /// What a preparing warp does under a key-vector gate with its half
 /// sub-chunk h (rows 8h..8h+7, their prologue run and their cumulative
 /// log-gates from the half's start in `gates`), before the block's products:
 /// the half's end Lambda_h (the cumulative log-gates there, from the
-/// halves' totals) and, for the last, the chunk's log-decay vector; P and
-/// (with an erase) A between the half's tokens, pair by pair in fp32; then
-/// its rows in place to the half's references, so that no factor exceeds 1
-/// however strong the gates: q and e times e^(lambda_i - Lambda_h-1), k
-/// times e^(Lambda_h - lambda_j). Also zeros P above the diagonal and A on
-/// and above it.
+/// halves' totals) and, for the last, the chunk's log-decay vector. Where
+/// no channel falls by more than kMidpointFall over the chunk, its rows in
+/// place to the fall's midpoint m = Lambda_last / 2: q and e times
+/// e^(lambda_i - m), k times e^(m - lambda_j), so that every pair is one
+/// product (returns true). Otherwise P and (with an erase) A between the
+/// half's tokens, pair by pair in fp32, then its rows in place to the
+/// half's references, so that no factor exceeds 1 however strong the gates:
+/// q and e times e^(lambda_i - Lambda_h-1), k times e^(Lambda_h - lambda_j)
+/// (returns false). Also zeros P above the diagonal and A on and above it.
 template <typename Layer, typename Layout>
-LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
+LINAC_DEVICE bool prepareHalf(const typename Layout::Buffer &buffer, int h,
                               int thread, const HalfGates<Layer::K> &gates,
                               float scale) {
   constexpr int C = Layout::C, K = Layer::K, KS = Layout::KS,
@@ -413,26 +423,61 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
       Layout::a()[i * AS + j] = 0.0f;
   }
   __syncthreads();
+  // Each channel's log-gate where the half starts and the fall's midpoint,
+  // the same sums in the same order on every warp, so that every warp
+  // takes the same path.
+  float before[Slots], midpoint[Slots], fall = 0.0f;
 #pragma unroll
   for (int s = 0; s < Slots; ++s) {
+    before[s] = midpoint[s] = 0.0f;
     if (channel(s) >= K)
       continue;
-    float end = gates.x[Half - 1][s];
-    for (int g = 0; g < h; ++g)
-      end += totals[g * K + channel(s)];
+    for (int g = 0; g < kPipelineGroupWarps; ++g) {
+      if (g == h)
+        before[s] = midpoint[s];
+      midpoint[s] += totals[g * K + channel(s)];
+    }
+    const float end = before[s] + gates.x[Half - 1][s];
     ends[h * K + channel(s)] = end;
     if (h == kPipelineGroupWarps - 1)
       buffer.logDecay()[channel(s)] = end;
+    fall = fmaxf(fall, -midpoint[s]);
+    midpoint[s] *= 0.5f;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    fall = fmaxf(fall, __shfl_xor_sync(0xffffffffu, fall, offset));
+  const int first = h * Half;
+  auto row = [&](const __nv_bfloat16 *m, int t) {
+    return WarpVec<K>::loadAligned(m + (first + t) * KS);
+  };
+  if (fall <= kMidpointFall) {
+#pragma unroll 1
+    for (int i = 0; i < Half; ++i) {
+      float gi[Slots];
+      gates.get(i, gi);
+      WarpVec<K> q = row(buffer.q(), i), k = row(buffer.k(), i),
+                 e = Layer::kErase ? row(buffer.w(), i) : WarpVec<K>{};
+#pragma unroll
+      for (int s = 0; s < Slots; ++s) {
+        const float offset = before[s] + gi[s] - midpoint[s];
+        const float gate = gateFactor(offset);
+        q.x[s] *= gate;
+        e.x[s] *= gate;
+        k.x[s] *= gateFactor(-offset);
+      }
+      q.storeAligned(buffer.q() + (first + i) * KS);
+      if constexpr (Layer::kErase)
+        e.storeAligned(buffer.w() + (first + i) * KS);
+      k.storeAligned(buffer.k() + (first + i) * KS);
+    }
+    return true;
   }
 
   // P_ij and A_ij for tokens i >= j of the half, a row i at a time from
   // the last: P's sums at j, A's (with an erase) at 8 + j, a lane's over
   // its channels, then over the warp. Row i then goes to the half's
   // references in place, as no later row reads it.
-  const int first = h * Half;
-  auto row = [&](const __nv_bfloat16 *m, int t) {
-    return WarpVec<K>::loadAligned(m + (first + t) * KS);
-  };
   constexpr int Sums = (Layer::kErase ? 2 : 1) * Half;
 #pragma unroll 1
   for (int i = Half - 1; i >= 0; --i) {
@@ -480,21 +525,64 @@ LINAC_DEVICE void prepareHalf(const typename Layout::Buffer &buffer, int h,
       e.storeAligned(buffer.w() + (first + i) * KS);
     k.storeAligned(buffer.k() + (first + i) * KS);
   }
+  return false;
 }
 
-/// P and A under a key-vector gate between tokens of different halves,
-/// from the rows prepareHalf left: warp p takes sub-chunk p % 4's rows of P
-/// (p < 4) or A. Against an earlier sub-chunk's half n the factor between
-/// the references, e^(Lambda_h-1 - Lambda_n), splits at the sub-chunk's
-/// start into a row factor (the second half's e^(Lambda_2b - Lambda_2b-1))
-/// and a column factor e^(Lambda_2b-1 - Lambda_n), both at most 1; against
-/// the sub-chunk's own first half it is 1. Then, once `prepared` has every
-/// warp past its products, the rows become the state's operands:
-/// Q (.) Gamma scale, E (.) Gamma and K (.) Gamma_C / Gamma.
+/// P_ij = scale q_i.k_j e^(lambda(i) - lambda(j)) for j <= i (when
+/// `reads`), and A_ij = e_i.k_j e^(lambda(i) - lambda(j)) for j < i (with
+/// an erase), from the buffer's rows: one 16 x 16 block of either a task
+/// of warp p, those above the diagonal zero.
+template <typename Layer, typename Layout, typename Lambda>
+LINAC_DEVICE void blockProducts(const typename Layout::Buffer &buffer, int p,
+                                float scale, bool reads, Lambda lambda) {
+  constexpr int K = Layer::K, KS = Layout::KS, PS = Layout::PS, AS = Layout::AS,
+                KeySteps = K / 16;
+  for (int task = p; task < 32; task += kPipelineGroupWarps) {
+    const bool query = task < 16;
+    const int rows = task % 4 * 16, keys = task / 4 % 4 * 16;
+    if (query ? !reads : !Layer::kErase)
+      continue;
+    float acc[2][4];
+    zero(acc);
+    if (keys <= rows)
+      warpProduct<2, KeySteps>(
+          acc, SharedRows{query ? buffer.q() : buffer.w(), KS, rows},
+          SharedRows{buffer.k(), KS, keys});
+    for (int n = 0; n < 2; ++n)
+      for (int r = 0; r < 4; r += 2) {
+        const int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
+        float x[2];
+        for (int h = 0; h < 2; ++h) {
+          const bool kept = query ? j + h <= i : j + h < i;
+          x[h] = kept ? acc[n][r + h] * gateFactor(lambda(i) - lambda(j + h)) *
+                            (query ? scale : 1.0f)
+                      : 0.0f;
+        }
+        if (query)
+          *reinterpret_cast<uint32_t *>(buffer.p() + i * PS + j) =
+              packPair(x[0], x[1]);
+        else
+          *reinterpret_cast<float2 *>(Layout::a() + i * AS + j) =
+              make_float2(x[0], x[1]);
+      }
+  }
+}
+
+/// P and A under a key-vector gate from the rows prepareHalf left. Through
+/// the fall's midpoint (`midpoint`), every block by one product. Otherwise
+/// between tokens of different halves: warp p takes sub-chunk p % 4's rows
+/// of P (p < 4) or A. Against an earlier sub-chunk's half n the factor
+/// between the references, e^(Lambda_h-1 - Lambda_n), splits at the
+/// sub-chunk's start into a row factor (the second half's e^(Lambda_2b -
+/// Lambda_2b-1)) and a column factor e^(Lambda_2b-1 - Lambda_n), both at
+/// most 1; against the sub-chunk's own first half it is 1. Then, once
+/// `prepared` has every warp past its products, the rows become the
+/// state's operands: Q (.) Gamma scale, E (.) Gamma and K (.) Gamma_C /
+/// Gamma.
 template <typename Layer, typename Layout, typename Sync>
 LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
                                     int p, int thread, float scale, bool reads,
-                                    Sync prepared) {
+                                    bool midpoint, Sync prepared) {
   constexpr int C = Layout::C, K = Layer::K, KS = Layout::KS,
                 PS = Layout::PS, AS = Layout::AS;
   constexpr int KeySteps = K / 16, Half = kHalfSubchunk,
@@ -509,7 +597,10 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
   };
   const bool query = p < 4;
   const int b = p % 4, rows = 16 * b;
-  if (query ? reads : Layer::kErase) {
+  if (midpoint)
+    blockProducts<Layer, Layout>(buffer, p, scale, reads,
+                                 [](int) { return 0.0f; });
+  else if (query ? reads : Layer::kErase) {
     const __nv_bfloat16 *x = query ? buffer.q() : buffer.w();
     float acc[EarlierTiles][4];
     zero(acc);
@@ -558,13 +649,22 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
   }
   prepared();
 
-  // A thread a pair of channels of a half's rows, their factors taken once.
+  // A thread a pair of channels of a half's rows, their factors taken once:
+  // from the midpoint m, e^m and e^(Lambda_last - m); from the half's
+  // references, e^Lambda_h-1 and e^(Lambda_last - Lambda_h).
+  constexpr int Last = C / Half - 1;
   for (int e = thread; e < K / 2 * (C / Half); e += GroupThreads) {
     const int d = e % (K / 2) * 2, h = e / (K / 2);
-    const float lo = h > 0 ? gateFactor(end(h - 1, d)) : 1.0f,
-                hi = h > 0 ? gateFactor(end(h - 1, d + 1)) : 1.0f;
-    const float keyLo = gateFactor(end(C / Half - 1, d) - end(h, d)),
-                keyHi = gateFactor(end(C / Half - 1, d + 1) - end(h, d + 1));
+    const float fromLo = midpoint ? 0.5f * end(Last, d) : end(h, d),
+                fromHi = midpoint ? 0.5f * end(Last, d + 1) : end(h, d + 1);
+    const float lo = midpoint ? gateFactor(fromLo)
+                     : h > 0  ? gateFactor(end(h - 1, d))
+                              : 1.0f,
+                hi = midpoint ? gateFactor(fromHi)
+                     : h > 0  ? gateFactor(end(h - 1, d + 1))
+                              : 1.0f;
+    const float keyLo = gateFactor(end(Last, d) - fromLo),
+                keyHi = gateFactor(end(Last, d + 1) - fromHi);
 #pragma unroll
     for (int t = 0; t < Half; ++t) {
       const int i = h * Half + t;
@@ -683,16 +783,18 @@ LINAC_DEVICE void invertUnitLower(float *a, float *inverses, float *scratch,
 /// intra-chunk matrices P (when `reads`) and, with an erase, A,
 /// T = (I + A)^-1 by blocks, U' = T U (zero unless `values`) and
 /// W = T (E (.) Gamma); the queries and keys rescaled to Q (.) Gamma scale
-/// and K (.) Gamma_C / Gamma.
+/// and K (.) Gamma_C / Gamma. Under a key-vector gate, `midpoint` is what
+/// prepareHalf returned.
 template <typename Layer, typename Layout, typename Sync>
 LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
                                 int thread, float scale, bool reads,
-                                bool values, Sync prepared) {
+                                bool values, Sync prepared,
+                                bool midpoint = false) {
   constexpr int C = Layout::C, K = Layer::K, V = Layer::V;
-  constexpr int KS = Layout::KS, VS = Layout::VS, PS = Layout::PS,
-                AS = Layout::AS, IS = Layout::IS;
+  constexpr int KS = Layout::KS, VS = Layout::VS, AS = Layout::AS,
+                IS = Layout::IS;
   constexpr int GroupWarps = kPipelineGroupWarps;
-  constexpr int KeySteps = K / 16, ChunkSteps = C / 16;
+  constexpr int ChunkSteps = C / 16;
   constexpr Gate G = Layer::kKeyGate;
   // 2. Cumulative log-gates, a warp: two tokens a lane, then across lanes.
   if constexpr (G == Gate::Scalar) {
@@ -712,44 +814,12 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
     return G == Gate::Scalar ? buffer.lambda()[i] : 0.0f;
   };
 
-  // 3. P_ij = scale q_i.k_j e^(lambda_i - lambda_j) for j <= i, and A_ij
-  // = e_i.k_j e^(lambda_i - lambda_j) for j < i: one 16 x 16 block of
-  // either a task, those above the diagonal zero.
-  if constexpr (G == Gate::Vector) {
-    keyVectorProducts<Layer, Layout>(buffer, p, thread, scale, reads,
+  // 3. P and, with an erase, A.
+  if constexpr (G == Gate::Vector)
+    keyVectorProducts<Layer, Layout>(buffer, p, thread, scale, reads, midpoint,
                                      prepared);
-  } else {
-    for (int task = p; task < 32; task += GroupWarps) {
-      const bool query = task < 16;
-      const int rows = task % 4 * 16, keys = task / 4 % 4 * 16;
-      if (query ? !reads : !Layer::kErase)
-        continue;
-      float acc[2][4];
-      zero(acc);
-      if (keys <= rows)
-        warpProduct<2, KeySteps>(acc,
-                                 SharedRows{query ? buffer.q() : buffer.w(), KS,
-                                            rows},
-                                 SharedRows{buffer.k(), KS, keys});
-      for (int n = 0; n < 2; ++n)
-        for (int r = 0; r < 4; r += 2) {
-          const int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
-          float x[2];
-          for (int h = 0; h < 2; ++h) {
-            const bool kept = query ? j + h <= i : j + h < i;
-            x[h] = kept ? acc[n][r + h] * gateFactor(lambda(i) - lambda(j + h)) *
-                              (query ? scale : 1.0f)
-                        : 0.0f;
-          }
-          if (query)
-            *reinterpret_cast<uint32_t *>(buffer.p() + i * PS + j) =
-                packPair(x[0], x[1]);
-          else
-            *reinterpret_cast<float2 *>(Layout::a() + i * AS + j) =
-                make_float2(x[0], x[1]);
-        }
-    }
-  }
+  else
+    blockProducts<Layer, Layout>(buffer, p, scale, reads, lambda);
   prepared();
 
   // Without an erase A is zero, T the identity, U' = U and W nothing.

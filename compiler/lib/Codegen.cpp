@@ -983,10 +983,11 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
         "Operands<K, V, kNormalizer> &out)",
         "static void epilogue(const Token<Layer> &token, const Vec<V> &read, "
         "float *out)");
-  // The backward of a chunkwise layer without a value-side decay runs by
-  // chunks, reversing the prologue and the epilogue; any other's reverses
-  // the step, token by token.
-  if (!recurrent && !emitter.form.valueDecay)
+  // The backward of a chunkwise layer (but a value-side decay with an
+  // erase) runs by chunks, reversing the prologue and the epilogue; any
+  // other's reverses the step, token by token.
+  if (!recurrent &&
+      !(emitter.form.valueDecay && emitter.form.erase != Strength::None))
     out += emitter.chunkBackwardFunctions(
         "static void prologueBackward(const Token<Layer> &token, "
         "const Operands<K, V, kNormalizer> &d, "

@@ -76,6 +76,25 @@ linac.layer @two_sided(%S : !state)
   %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value
 }''',
+    'two_sided_erase': '''
+!key = tensor<16xf32, #linac.key>
+!value = tensor<16xf32, #linac.value>
+!state = !linac.state<16x16>
+linac.layer @two_sided_erase(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value, %g : !key, %h : !value,
+           %b : f32) {
+  %kn = linac.l2norm %k : !key
+  %sp_g = linac.softplus %g : !key
+  %log_a = arith.negf %sp_g : !key
+  %sp_h = linac.softplus %h : !value
+  %log_b = arith.negf %sp_h : !value
+  %beta = linac.sigmoid %b : f32
+  %S1 = linac.decay %S key(%log_a : !key) value(%log_b : !value) : !state
+  %S2 = linac.erase %S1, %kn strength(%beta : f32) : !state, !key
+  %S3 = linac.write %S2, %kn, %v strength(%beta : f32) : !state, !key, !value
+  %o = linac.read %S3, %q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
+}''',
 }
 
 TOLERANCE = 1e-4

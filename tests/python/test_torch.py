@@ -194,12 +194,14 @@ def test_device_arguments_are_checked_before_any_launch(layer):
 
 
 @pytest.mark.filterwarnings('ignore:Input #:UserWarning')
-@pytest.mark.parametrize('spec', ['scalar_delta', 'normalized', 'two_sided'])
+@pytest.mark.parametrize(
+    'spec', ['scalar_delta', 'normalized', 'two_sided', 'two_sided_erase'])
 def test_gradcheck(spec, cache):
     # torch.autograd.gradcheck over every argument and the initial state,
-    # by chunks (an erase; a normaliser) and token by token (a value-side
-    # decay). The packages compute in float32, so the finite differences
-    # take a wider step and looser tolerances than float64's defaults.
+    # by chunks (an erase; a normaliser; a value-side decay) and token by
+    # token (a value-side decay with an erase). The packages compute in
+    # float32, so the finite differences take a wider step and looser
+    # tolerances than float64's defaults.
     layer = linac.compile(SPECS[spec], cache=cache)
     _, tensors = torch_arguments(layer, 2, 5, 1)
     names = list(tensors)

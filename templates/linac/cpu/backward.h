@@ -1,8 +1,9 @@
 //===- backward.h - the backward pass on the CPU ----------------*- C++ -*-===//
 //
 // backward<Layer> runs the gradients of a layer, one (sequence, head) at a
-// time. A chunkwise layer without a value-side decay goes by chunks, a
-// normaliser as one more column of the state and of the writes:
+// time. A chunkwise layer (a value-side decay without an erase among them)
+// goes by chunks, a normaliser as one more column of the state and of the
+// writes:
 //
 //   forward: the generated prologue and chunkForward (products.h) from the
 //     initial state, keeping the state that enters each chunk and the
@@ -106,7 +107,9 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
 
   std::vector<Records> records(C), gradients(C);
   std::vector<Vec<U>> dReads(C);
+  constexpr int P = Layer::kValueDecay ? U : 0;
   std::vector<double> lam(C * G), lamQ(C * G), dGate(C * G);
+  std::vector<double> psi(C * P), psiQ(C * P), dValueGate(C * P);
   const int rowStride = int(sizeof(Records) / sizeof(float));
   const Chunk chunk{C,
                     K,
@@ -122,14 +125,15 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
                     records[0].u.x.data(),
                     lam.data(),
                     lamQ.data(),
-                    nullptr,
-                    nullptr};
+                    P ? psi.data() : nullptr,
+                    P ? psiQ.data() : nullptr};
   const ChunkGradients out{rowStride,
                            gradients[0].q.x.data(),
                            gradients[0].k.x.data(),
                            gradients[0].e.x.data(),
                            gradients[0].u.x.data(),
-                           dGate.data()};
+                           dGate.data(),
+                           dValueGate.data()};
   // Chunk c's operands and cumulative log-gates, as chunk.h makes them;
   // returns its length.
   auto prepare = [&](int64_t c) {
@@ -144,6 +148,11 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
         const double before = t ? lam[(t - 1) * G + d] : 0.0;
         lam[t * G + d] = before + floorLogGate(records[t].gk[d]);
         lamQ[t * G + d] = Layer::kReadBefore ? before : lam[t * G + d];
+      }
+      for (int j = 0; j < P; ++j) {
+        const double before = t ? psi[(t - 1) * P + j] : 0.0;
+        psi[t * P + j] = before + floorLogGate(records[t].gv[j]);
+        psiQ[t * P + j] = Layer::kReadBefore ? before : psi[t * P + j];
       }
     }
     return L;
@@ -190,6 +199,10 @@ void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
       for (int g = 0; g < G; ++g)
         d.gk[g] =
             records[t].gk[g] < kLogGateFloor ? 0.0f : float(dGate[t * G + g]);
+      for (int j = 0; j < P; ++j)
+        d.gv[j] = records[t].gv[j] < kLogGateFloor
+                      ? 0.0f
+                      : float(dValueGate[t * P + j]);
       const int64_t token = start + t;
       Layer::prologueBackward(
           Token<Layer>{forward, token, head}, d,
@@ -381,7 +394,8 @@ void stepHeadBackward(const linac_cpu_backward_args &args,
 /// The backward over every sequence and head on args.forward.threads
 /// workers.
 template <typename Layer> int backward(const linac_cpu_backward_args &args) {
-  constexpr bool kByChunks = !Layer::kRecurrent && !Layer::kValueDecay;
+  constexpr bool kByChunks =
+      !Layer::kRecurrent && !(Layer::kValueDecay && Layer::kErase);
   const linac_cpu_forward_args &forward = args.forward;
   const int64_t heads = forward.num_heads;
   // Groups of heads whose boundaries are every input's row boundaries:

@@ -493,9 +493,58 @@ void composePiece(int keys, int columns, const float *transition,
 
 namespace linac::cpu {
 
+namespace {
+
+/// Each token's gradient with respect to its own log-gates on one side of
+/// the state (a column a channel), from what each gate scales: every pair
+/// s < t its gate lies between (`leaving`, a row's sum before the
+/// diagonal; `joining`, a column's after it; `queryLeaving`, the query
+/// pairs among `leaving`), the reads of S0 from its token on (`queryReads`;
+/// reading before the write, from the next token on), the erase's reads
+/// of S0 from its token on (`eraseReads`), the writes before its token
+/// (`writes`) and S0 carried into the leaving state (`kept`). Summed so,
+/// no term enters twice with opposite signs (as q (.) dq - k (.) dk would
+/// add and take away each diagonal pair).
+void gateGradients(const GateSums &leaving, const GateSums &joining,
+                   const GateSums &queryLeaving, const GateSums &queryReads,
+                   const GateSums &eraseReads, const GateSums &writes,
+                   const GateSumRow &kept, bool readBefore, double *out) {
+  const Eigen::Index C = leaving.rows(), W = leaving.cols();
+  GateSums readsFrom(C, W);
+  GateSumRow later = GateSumRow::Zero(W);
+  for (Eigen::Index t = C - 1; t >= 0; --t) {
+    later += eraseReads.row(t);
+    if (!readBefore)
+      later += queryReads.row(t);
+    readsFrom.row(t) = later;
+    if (readBefore)
+      later += queryReads.row(t);
+  }
+  GateSumRow earlier = GateSumRow::Zero(W), straddling = GateSumRow::Zero(W);
+  for (Eigen::Index t = 0; t < C; ++t) {
+    GateSumRow total = straddling + readsFrom.row(t) + earlier + kept;
+    if (readBefore)
+      total -= queryLeaving.row(t);
+    for (Eigen::Index d = 0; d < W; ++d)
+      out[t * W + d] = total(d);
+    straddling += joining.row(t) - leaving.row(t);
+    earlier += writes.row(t);
+  }
+}
+
+/// x's rows as gate sums of G channels: each row's sum under a uniform
+/// gate (G = 1), else each element.
+GateSums gateSumsOf(const Factors &x, int G) {
+  if (G == 1)
+    return x.cast<double>().rowwise().sum();
+  return x.cast<double>();
+}
+
+} // namespace
+
 void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
                    float *dState, const ChunkGradients &out) {
-  assert(!chunk.psi && "no value-side decay");
+  assert(!(chunk.psi && chunk.erase) && "a value-side decay has no erase");
   FlushSubnormals flush;
   const int C = chunk.rows, K = chunk.keys, U = chunk.columns;
   const int G = chunk.uniformGate ? 1 : K;
@@ -531,6 +580,22 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   query = query.exp() * chunk.scale;
   key = key.exp();
   const Matrix keyRows = key * k.array();
+  // A value-side decay Psi_t = e^psi_t, a column's: the reads' factor
+  // Psi_t (psiQ), the writes' Psi_C / Psi_s and the decay Psi_C; all ones
+  // without one.
+  const bool valueDecay = chunk.psi != nullptr;
+  Factors valueQuery = Factors::Ones(C, U), valueKey = Factors::Ones(C, U);
+  RowFactors valueEnd = RowFactors::Ones(U);
+  if (valueDecay) {
+    const ConstLogGates psi(chunk.psi, C, U), psiQ(chunk.psiQ, C, U);
+    for (int j = 0; j < U; ++j) {
+      valueEnd(j) = std::exp(float(psi(C - 1, j)));
+      for (int t = 0; t < C; ++t) {
+        valueQuery(t, j) = std::exp(float(psiQ(t, j)));
+        valueKey(t, j) = std::exp(float(psi(C - 1, j) - psi(t, j)));
+      }
+    }
+  }
 
   // With an erase the writes are the residuals Delta of the forward's
   // solve, (I + A) Delta = U - (Gamma (.) E) S0, A_ts = e_t . k_s F_ts for
@@ -565,17 +630,21 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     erasePairs.triangularView<Eigen::UnitLower>().solveInPlace(delta);
   }
 
-  // The pairs s <= t (s < t reading before the write): G = dO U^T and
-  // A = Q K^T with each pair's factor F_ts = e^(lamQ_t - lambda_s) and the
-  // read's scale. Under a uniform
-  // gate F is one C x C array on products; otherwise each channel's factor
-  // of each pair, pair by pair. A pair's term A_ts G_ts of the gates'
-  // gradient (below) counts for the tokens between s and t: `leaving` sums
-  // a row's before the diagonal, `joining` a column's after it.
-  const Matrix reads = dO * delta.transpose();
+  // The pairs s <= t (s < t reading before the write): with A = Q K^T,
+  // each pair's factor F_ts = e^(lamQ_t - lambda_s) and the read's scale,
+  // and the reads' gradient through the pair G_ts = dO_t . Delta_s (with a
+  // value-side decay, each column by e^(psiQ_t - psi_s)). Under a uniform
+  // gate and no value-side decay, F is one C x C array on products;
+  // otherwise each pair's factors are taken pair by pair. A pair's term
+  // of a gate's gradient (below) counts for the tokens between s and t:
+  // `leaving` sums a row's before the diagonal, `joining` a column's after
+  // it.
   GateSums leavingPairs = GateSums::Zero(C, G),
            joiningPairs = GateSums::Zero(C, G);
-  if (G == 1) {
+  GateSums leavingValues = GateSums::Zero(C, valueDecay ? U : 0),
+           joiningValues = GateSums::Zero(C, valueDecay ? U : 0);
+  if (G == 1 && !valueDecay) {
+    const Matrix reads = dO * delta.transpose();
     Factors pairs(C, C);
     for (int t = 0; t < C; ++t)
       for (int s = 0; s < C; ++s)
@@ -599,45 +668,57 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     dk.setZero();
     du.setZero();
     RowFactors pair(K);
+    const ConstLogGates psi(chunk.psi, C, valueDecay ? U : 0),
+        psiQ(chunk.psiQ, C, valueDecay ? U : 0);
     for (int t = 0; t < C; ++t)
       for (int s = 0; s < t || (s == t && !chunk.readBefore); ++s) {
-        for (int d = 0; d < K; ++d)
-          pair(d) = float(lamQ(t, d) - lam(s, d));
-        pair = pair.exp() * chunk.scale;
+        if (G == 1) {
+          pair.setConstant(std::exp(float(lamQ(t, 0) - lam(s, 0))) *
+                           chunk.scale);
+        } else {
+          for (int d = 0; d < K; ++d)
+            pair(d) = float(lamQ(t, d) - lam(s, d));
+          pair = pair.exp() * chunk.scale;
+        }
         const RowFactors term = q.row(t).array() * k.row(s).array() * pair;
-        dq.row(t).array() += reads(t, s) * pair * k.row(s).array();
-        dk.row(s).array() += reads(t, s) * pair * q.row(t).array();
-        du.row(s) += term.sum() * dO.row(t);
+        // dO_t with each column's factor of the pair.
+        RowFactors reads = dO.row(t).array();
+        if (valueDecay)
+          reads *= (psiQ.row(t) - psi.row(s)).cast<float>().exp();
+        const float g = (reads * delta.row(s).array()).sum();
+        const float a = term.sum();
+        dq.row(t).array() += g * pair * k.row(s).array();
+        dk.row(s).array() += g * pair * q.row(t).array();
+        du.row(s).array() += a * reads;
         if (s < t) {
-          const GateSumRow sum = (term * reads(t, s)).cast<double>();
+          const GateSumRow sum = G == 1 ? GateSumRow::Constant(1, double(a) * g)
+                                        : GateSumRow((term * g).cast<double>());
           leavingPairs.row(t) += sum;
           joiningPairs.row(s) += sum;
+          if (valueDecay) {
+            const GateSumRow values =
+                (a * reads * delta.row(s).array()).cast<double>();
+            leavingValues.row(t) += values;
+            joiningValues.row(s) += values;
+          }
         }
       }
   }
   // Reading before the write, a query's pairs stop short of its own gate.
   const GateSums queryPairsLeaving = leavingPairs;
   // The state's terms: the reads of S0, the update's keys.
-  Matrix readsOfState = dO * S0.transpose();
+  const Matrix gatedQ = query * q.array();
+  const Matrix readsScaled = dO.array() * valueQuery;
+  Matrix readsOfState = readsScaled * S0.transpose();
   Factors stateReads = query * readsOfState.array();
   dq.array() += stateReads;
-  Matrix update = delta * dS.transpose();
+  const Matrix writes = delta.array() * valueKey;
+  Matrix update = writes * dS.transpose();
   Factors updates = key * update.array();
   dk.array() += updates;
-  du.noalias() += keyRows * dS;
+  const Matrix keyWrites = keyRows * dS;
+  du.array() += valueKey * keyWrites.array();
 
-  // Token t's log-gate scales what the state carries past it: every pair
-  // s < t <= j, the reads of S0 from t on, the writes before t and S0 into
-  // the state leaving (reading before the write, a query's pairs s < t < j
-  // and its reads of S0 after t). Summed so, no term enters twice with
-  // opposite signs (as q (.) dq - k (.) dk would add and take away each
-  // diagonal pair).
-  GateSums readsFrom(C, G), writesBefore(C, G);
-  auto channels = [&](const Factors &x, int t) -> GateSumRow {
-    if (G == 1)
-      return GateSumRow::Constant(1, x.row(t).cast<double>().sum());
-    return x.row(t).cast<double>();
-  };
   const Factors queryReads = q.array() * stateReads,
                 writeTerms = k.array() * updates;
   Factors eraseReadTerms = Factors::Zero(C, K);
@@ -677,42 +758,30 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     de.array() += eraseReads;
     eraseReadTerms = e.array() * eraseReads;
   }
-  GateSumRow queriesLater = GateSumRow::Zero(G),
-             erasesLater = GateSumRow::Zero(G);
-  for (int t = C - 1; t >= 0; --t) {
-    erasesLater += channels(eraseReadTerms, t);
-    if (!chunk.readBefore)
-      queriesLater += channels(queryReads, t);
-    readsFrom.row(t) = queriesLater + erasesLater;
-    if (chunk.readBefore)
-      queriesLater += channels(queryReads, t);
-  }
-  GateSumRow earlier = GateSumRow::Zero(G), straddling = GateSumRow::Zero(G);
-  for (int t = 0; t < C; ++t) {
-    writesBefore.row(t) = earlier;
-    earlier += channels(writeTerms, t);
-  }
-  const GateSums carried =
-      ((decay.matrix().asDiagonal() * S0).array() * dS.array())
-          .cast<double>()
-          .rowwise()
-          .sum();
-  const GateSumRow kept = G == 1 ? GateSumRow::Constant(1, carried.sum())
-                                 : GateSumRow(carried.transpose());
-  for (int t = 0; t < C; ++t) {
-    GateSumRow total =
-        straddling + readsFrom.row(t) + writesBefore.row(t) + kept;
-    if (chunk.readBefore)
-      total -= queryPairsLeaving.row(t);
-    for (int d = 0; d < G; ++d)
-      out.dGate[t * G + d] = double(total(d));
-    straddling += joiningPairs.row(t) - leavingPairs.row(t);
-  }
 
-  // dS0 = Gamma_C (.) dS + (scale Gamma (.) Q)^T dO - (Gamma (.) E)^T dR.
-  const Matrix gatedQ = query * q.array();
+  // S0 into the leaving state, each element's term.
+  const Factors carried = (decay.matrix().asDiagonal() * S0).array().rowwise() *
+                          valueEnd * dS.array();
+  const GateSums keyCarried = carried.cast<double>().rowwise().sum();
+  gateGradients(leavingPairs, joiningPairs, queryPairsLeaving,
+                gateSumsOf(queryReads, G), gateSumsOf(eraseReadTerms, G),
+                gateSumsOf(writeTerms, G),
+                G == 1 ? GateSumRow::Constant(1, keyCarried.sum())
+                       : GateSumRow(keyCarried.transpose()),
+                chunk.readBefore, out.dGate);
+  if (valueDecay)
+    gateGradients(leavingValues, joiningValues, leavingValues,
+                  (readsScaled.array() * (gatedQ * S0).array()).cast<double>(),
+                  GateSums::Zero(C, U),
+                  (writes.array() * keyWrites.array()).cast<double>(),
+                  carried.cast<double>().colwise().sum(), chunk.readBefore,
+                  out.dValueGate);
+
+  // dS0 = Gamma_C (.) dS (.) Psi_C + (scale Gamma (.) Q)^T (dO (.) Psi) -
+  // (Gamma (.) E)^T dR.
   dS = decay.matrix().asDiagonal() * dS;
-  dS.noalias() += gatedQ.transpose() * dO;
+  dS.array().rowwise() *= valueEnd;
+  dS.noalias() += gatedQ.transpose() * readsScaled;
   if (chunk.erase)
     dS.noalias() -= (gamma * e.array()).matrix().transpose() * dR;
 }

@@ -56,10 +56,13 @@ struct ChunkGradients {
   /// As Chunk::lam ([C] under a uniform gate, else [C, K]): the gradient
   /// with respect to each token's own log-gates (as summed into lam).
   double *dGate;
+  /// As Chunk::psi ([C, U]), with a value-side decay: likewise for each
+  /// token's value-side log-gates.
+  double *dValueGate;
 };
 
 /// The backward of chunkForward for a chunk under a key-side gate or none,
-/// without a value-side decay: from the
+/// a value-side decay or none (not with an erase): from the
 /// state entering the chunk (`state`, [K, U]), the gradient of the loss with
 /// respect to the chunk's reads (`dOut`, [C, U]) and to the state leaving it
 /// (`dState`, [K, U]), the gradients of the chunk's operands into `out`; dState

@@ -1,0 +1,95 @@
+"""examples/icl's prompt generator and its one-step baselines: the
+prompts' statistics, the closed forms against Monte Carlo and against
+the baselines found by optimisation."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import EXAMPLES
+
+sys.path.insert(0, os.path.join(EXAMPLES, 'icl'))
+from baselines import closed_form, fit, risk  # noqa: E402
+from data import Setting, sample  # noqa: E402
+
+MULTITASK = Setting(d=5, n=12, r=(0.2, 0.5, 0.9), sigma=0.5)
+
+
+def identity(setting):
+    return torch.eye(setting.d, dtype=torch.float64)
+
+
+def test_tasks_correlate_as_set():
+    prompts = sample(MULTITASK, 200000, np.random.default_rng())
+    d, r = MULTITASK.d, np.asarray(MULTITASK.r)
+    betas = prompts.segment_betas
+    with_query = np.einsum('bkd,bd->k', betas, prompts.beta) / (200000 * d)
+    between = np.einsum('bkd,bld->kl', betas, betas) / (200000 * d)
+    assert np.abs(with_query - r).max() < 0.02
+    assert np.abs(between - MULTITASK.task_correlations()).max() < 0.02
+    # Each label is its segment's task on its features plus the noise.
+    task = betas[:, MULTITASK.segment_of(), :]
+    noise = prompts.y - np.einsum('bnd,bnd->bn', prompts.X, task)
+    assert abs(noise.var() / MULTITASK.sigma ** 2 - 1) < 0.02
+
+
+def test_tokens_mark_segment_starts():
+    prompts = sample(MULTITASK, 3, np.random.default_rng())
+    tokens = prompts.tokens(MULTITASK)
+    d, n, K = MULTITASK.d, MULTITASK.n, MULTITASK.segments
+    assert tokens.shape == (3, n + 1, d + 1 + K)
+    np.testing.assert_allclose(tokens[:, :n, d], prompts.y, rtol=1e-6)
+    np.testing.assert_allclose(tokens[:, n, :d], prompts.x, rtol=1e-6)
+    marks = tokens[0, :, d + 1:]
+    assert marks.sum() == K - 1
+    for k in range(1, K):
+        assert marks[k * MULTITASK.segment_length, k] == 1
+    assert not tokens[:, n, d:].any()
+
+
+def test_single_task_optimum_is_known():
+    # One task: the best step is x^T X^T y / (n + d + 1 + sigma^2), with
+    # risk sigma^2 + d (1 - n / (n + d + 1 + sigma^2)), and weights gain
+    # nothing.
+    s = Setting(d=8, n=32, r=(1.0, 1.0, 1.0, 1.0), sigma=0.5)
+    denominator = s.n + s.d + 1 + s.sigma ** 2
+    weights, pgd = closed_form(s, weighted=False)
+    np.testing.assert_allclose(weights, 1 / denominator, rtol=1e-12)
+    assert pgd == pytest.approx(s.sigma ** 2 + s.d * (1 - s.n / denominator),
+                                rel=1e-12)
+    weighted, wpgd = closed_form(s, weighted=True)
+    np.testing.assert_allclose(weighted, weights, rtol=1e-12)
+    assert wpgd == pytest.approx(pgd, rel=1e-12)
+
+
+@pytest.mark.parametrize('weighted', [False, True])
+def test_closed_form_risk_matches_monte_carlo(weighted):
+    weights, expected = closed_form(MULTITASK, weighted)
+    prompts = sample(MULTITASK, 400000, np.random.default_rng())
+    got = risk(prompts, MULTITASK, identity(MULTITASK),
+               torch.as_tensor(weights))
+    assert got == pytest.approx(expected, rel=0.03)
+
+
+def test_fitted_baselines_reach_the_closed_forms():
+    rng = np.random.default_rng()
+    train, test = sample(MULTITASK, 20000, rng), sample(MULTITASK, 200000, rng)
+    risks = {}
+    for weighted in (False, True):
+        W, weights = fit(train, MULTITASK, weighted)
+        risks[weighted] = risk(test, MULTITASK, W, weights)
+        _, expected = closed_form(MULTITASK, weighted)
+        assert risks[weighted] == pytest.approx(expected, rel=0.04)
+    # Weights per segment pay here: the last segment's task is the query's
+    # nearest.
+    assert risks[True] < 0.93 * risks[False]
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match='multiple'):
+        Setting(d=4, n=10, r=(0.5, 0.5, 0.5))
+    with pytest.raises(ValueError, match='outside'):
+        Setting(d=4, n=12, r=(0.5, 1.5, 0.5))

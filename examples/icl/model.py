@@ -1,7 +1,7 @@
 """Models of linac layers that read a prompt's tokens (data.py) and
 predict the query's label.
 
-Each layer is a spec compiled by linac (`SPECS`, key and value size
+Each layer is a spec compiled by linac (`spec`, key and value size
 `width`): linear attention, a scalar gate or a key-vector gate, each gate
 sigmoid(g) of a projection g of the token. A model stacks `depth` of them
 with residual connections on the tokens, and its prediction is the label
@@ -12,51 +12,34 @@ import linac.nn
 import torch
 from torch import nn
 
-# The three layers the study compares; {n} is the key and value size.
-SPECS = {
-    'linear': '''
-!key = tensor<{n}xf32, #linac.key>
-!value = tensor<{n}xf32, #linac.value>
-!state = !linac.state<{n}x{n}>
-linac.layer @linear(%S : !state)
-    inputs(%q : !key, %k : !key, %v : !value) {{
-  %S1 = linac.write %S, %k, %v : !state, !key, !value
+# The type of each layer's gate input g (None: no gate, linear attention).
+GATES = {'linear': None, 'scalar': 'f32', 'vector': '!key'}
+
+
+def spec(gate, width):
+    """The spec of a layer with gate `gate` (GATES), keys and values of
+    `width`: log-gates logsigmoid(g) = -softplus(-g)."""
+    kind = GATES[gate]
+    gate_input = f', %g : {kind}' if kind else ''
+    decay = (f'''  %neg = arith.negf %g : {kind}
+  %sp = linac.softplus %neg : {kind}
+  %log_a = arith.negf %sp : {kind}
+  %S0 = linac.decay %S key(%log_a : {kind}) : !state
+''' if kind else '')
+    entering = '%S0' if kind else '%S'
+    return f'''!key = tensor<{width}xf32, #linac.key>
+!value = tensor<{width}xf32, #linac.value>
+!state = !linac.state<{width}x{width}>
+linac.layer @{gate}(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value{gate_input}) {{
+{decay}  %S1 = linac.write {entering}, %k, %v : !state, !key, !value
   %o = linac.read %S1, %q : !state, !key -> !value
   linac.yield %S1, %o : !state, !value
-}}''',
-    'scalar': '''
-!key = tensor<{n}xf32, #linac.key>
-!value = tensor<{n}xf32, #linac.value>
-!state = !linac.state<{n}x{n}>
-linac.layer @scalar_gate(%S : !state)
-    inputs(%q : !key, %k : !key, %v : !value, %g : f32) {{
-  %neg = arith.negf %g : f32
-  %sp = linac.softplus %neg : f32
-  %log_a = arith.negf %sp : f32
-  %S1 = linac.decay %S key(%log_a : f32) : !state
-  %S2 = linac.write %S1, %k, %v : !state, !key, !value
-  %o = linac.read %S2, %q : !state, !key -> !value
-  linac.yield %S2, %o : !state, !value
-}}''',
-    'vector': '''
-!key = tensor<{n}xf32, #linac.key>
-!value = tensor<{n}xf32, #linac.value>
-!state = !linac.state<{n}x{n}>
-linac.layer @vector_gate(%S : !state)
-    inputs(%q : !key, %k : !key, %v : !value, %g : !key) {{
-  %neg = arith.negf %g : !key
-  %sp = linac.softplus %neg : !key
-  %log_a = arith.negf %sp : !key
-  %S1 = linac.decay %S key(%log_a : !key) : !state
-  %S2 = linac.write %S1, %k, %v : !state, !key, !value
-  %o = linac.read %S2, %q : !state, !key -> !value
-  linac.yield %S2, %o : !state, !value
-}}''',
-}
+}}'''
 
 
 class Model(nn.Module):
-    """`depth` layers of `gate` ('linear', 'scalar' or 'vector') on
+    """`depth` layers of `gate` (GATES) on
     tokens of `token_size`, predicting the label slot `label` of the last
     token."""
 
@@ -64,9 +47,9 @@ class Model(nn.Module):
                  cache=None):
         super().__init__()
         self.label = label
-        spec = SPECS[gate].format(n=width)
+        text = spec(gate, width)
         self.layers = nn.ModuleList(
-            linac.nn.Layer(spec, hidden_size=token_size, num_heads=1,
+            linac.nn.Layer(text, hidden_size=token_size, num_heads=1,
                            bias=True, cache=cache)
             for _ in range(depth))
         # Layers start adding nothing, and gates open (sigmoid(4) = 0.98),

@@ -14,7 +14,7 @@ from conftest import EXAMPLES
 sys.path.insert(0, os.path.join(EXAMPLES, 'icl'))
 from baselines import closed_form, fit, risk  # noqa: E402
 from data import Setting, sample  # noqa: E402
-from model import Model  # noqa: E402
+from model import GATES, Model  # noqa: E402
 from train import evaluate, train  # noqa: E402
 
 MULTITASK = Setting(d=5, n=12, r=(0.2, 0.5, 0.9), sigma=0.5)
@@ -108,3 +108,17 @@ def test_a_gated_layer_learns_what_linear_attention_cannot(cache):
     got = evaluate(model, MULTITASK, sample(MULTITASK, 20000, rng))
     _, linear_best = closed_form(MULTITASK, weighted=False)
     assert got < 0.97 * linear_best
+
+
+@pytest.mark.parametrize('gate', sorted(GATES))
+def test_every_model_starts_predicting_zero(gate, cache):
+    # Each layer's output projection starts at zero, so every stack starts
+    # as the predictor 0 and its gradients reach the projections it reads.
+    model = Model(gate, MULTITASK.token_size, MULTITASK.d, depth=2,
+                  cache=cache)
+    prompts = sample(MULTITASK, 8, np.random.default_rng())
+    tokens = torch.from_numpy(prompts.tokens(MULTITASK))
+    prediction = model(tokens)
+    assert prediction.shape == (8,) and not prediction.any()
+    prediction.square().sum().backward()
+    assert all(p.grad is not None for p in model.parameters())

@@ -608,8 +608,24 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
       pair(d) = float(lam(t, d) - lam(s, d));
     return pair.exp();
   };
+  // A key-vector gate whose channels fall by at most 2 kMaxFactorExponent
+  // splits every pair's factors through the midpoint m of each channel's
+  // fall, as keyGates does: e^(lambda_t - lambda_s) = e^(lambda_t - m)
+  // e^(m - lambda_s), every exponent within kMaxFactorExponent, so the
+  // pairs' sums are whole products of K~ = K (.) e^(m - lambda) and the
+  // query's or the erase's rows through e^(x - m). NaN gates fail the test.
+  const bool keyMidpoint =
+      G != 1 && !valueDecay &&
+      (-end).maxCoeff<Eigen::PropagateNaN>() <= 2 * kMaxFactorExponent;
+  const LogGateRow mid = end * 0.5;
+  Factors keyFactors;
+  Matrix scaledK;
+  if (keyMidpoint) {
+    expOfDifferences(lam, mid, -1.0, keyFactors);
+    scaledK = k.array() * keyFactors;
+  }
   Factors uniformPairs;
-  Matrix delta = u, erasePairs;
+  Matrix delta = u, erasePairs, scaledE;
   if (chunk.erase) {
     if (G == 1) {
       uniformPairs.resize(C, C);
@@ -619,6 +635,10 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
       uniformPairs = uniformPairs.exp();
       erasePairs = e * k.transpose();
       erasePairs.array() *= uniformPairs;
+    } else if (keyMidpoint) {
+      scaledE = e.array() / keyFactors;
+      erasePairs = scaledE * scaledK.transpose();
+      mask(erasePairs, 0, C, true);
     } else {
       erasePairs = Matrix::Zero(C, C);
       for (int t = 0; t < C; ++t)
@@ -634,11 +654,11 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
   // each pair's factor F_ts = e^(lamQ_t - lambda_s) and the read's scale,
   // and the reads' gradient through the pair G_ts = dO_t . Delta_s (with a
   // value-side decay, each column by e^(psiQ_t - psi_s)). Under a uniform
-  // gate and no value-side decay, F is one C x C array on products;
-  // otherwise each pair's factors are taken pair by pair. A pair's term
-  // of a gate's gradient (below) counts for the tokens between s and t:
-  // `leaving` sums a row's before the diagonal, `joining` a column's after
-  // it.
+  // gate and no value-side decay, F is one C x C array on products; under
+  // a key-vector gate, through the midpoint when keyMidpoint; otherwise each
+  // pair's factors are taken pair by pair. A pair's term of a gate's gradient
+  // (below) counts for the tokens between s and t: `leaving` sums a row's
+  // before the diagonal, `joining` a column's after it.
   GateSums leavingPairs = GateSums::Zero(C, G),
            joiningPairs = GateSums::Zero(C, G);
   GateSums leavingValues = GateSums::Zero(C, valueDecay ? U : 0),
@@ -663,6 +683,27 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
     terms.matrix().diagonal().setZero();
     leavingPairs.col(0) = terms.rowwise().sum();
     joiningPairs.col(0) = terms.colwise().sum().transpose();
+  } else if (keyMidpoint) {
+    Factors queryFactors;
+    expOfDifferences(lamQ, mid, 1.0, queryFactors);
+    queryFactors *= chunk.scale;
+    const Matrix scaledQ = q.array() * queryFactors;
+    Matrix a = scaledQ * scaledK.transpose();
+    mask(a, 0, C, chunk.readBefore);
+    Matrix g = dO * delta.transpose();
+    mask(g, 0, C, chunk.readBefore);
+    Matrix throughK = g * scaledK, throughQ = g.transpose() * scaledQ;
+    dq = throughK.array() * queryFactors;
+    dk = throughQ.array() * keyFactors;
+    du.noalias() = a.transpose() * dO;
+    // The gates' sums take the pairs s < t alone.
+    if (!chunk.readBefore) {
+      const ColumnFactors diagonal = g.diagonal().array();
+      throughK.array() -= scaledK.array().colwise() * diagonal;
+      throughQ.array() -= scaledQ.array().colwise() * diagonal;
+    }
+    leavingPairs = (scaledQ.array() * throughK.array()).cast<double>();
+    joiningPairs = (scaledK.array() * throughQ.array()).cast<double>();
   } else {
     dq.setZero();
     dk.setZero();
@@ -740,6 +781,14 @@ void chunkBackward(const Chunk &chunk, const float *state, const float *dOut,
       dPairs.array() *= uniformPairs;
       de.noalias() = dPairs * k;
       dk.noalias() += dPairs.transpose() * e;
+    } else if (keyMidpoint) {
+      mask(dPairs, 0, C, true);
+      const Matrix throughK = dPairs * scaledK,
+                   throughE = dPairs.transpose() * scaledE;
+      de = throughK.array() / keyFactors;
+      dk.array() += throughE.array() * keyFactors;
+      leavingPairs += (scaledE.array() * throughK.array()).cast<double>();
+      joiningPairs += (scaledK.array() * throughE.array()).cast<double>();
     } else {
       de.setZero();
       for (int t = 0; t < C; ++t)

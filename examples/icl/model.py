@@ -5,11 +5,10 @@ Each layer is a spec compiled by linac (`spec`, key and value size
 `width`): linear attention, a scalar gate or a key-vector gate, each gate
 sigmoid(g) of a projection g of the token. A model stacks `depth` of them
 with residual connections on the tokens, and its prediction is the label
-slot of the query's token, which starts at 0.
+slot of the query's token, which starts at 0 and which each layer adds to.
 """
 
 import linac.nn
-import torch
 from torch import nn
 
 # The type of each layer's gate input g (None: no gate, linear attention).
@@ -39,9 +38,8 @@ linac.layer @{gate}(%S : !state)
 
 
 class Model(nn.Module):
-    """`depth` layers of `gate` (GATES) on
-    tokens of `token_size`, predicting the label slot `label` of the last
-    token."""
+    """`depth` layers of `gate` (GATES) on tokens of `token_size`,
+    predicting the label slot `label` of the last token."""
 
     def __init__(self, gate, token_size, label, depth=1, width=16,
                  cache=None):
@@ -52,11 +50,18 @@ class Model(nn.Module):
             linac.nn.Layer(text, hidden_size=token_size, num_heads=1,
                            bias=True, cache=cache)
             for _ in range(depth))
-        # Layers start adding nothing, and gates open (sigmoid(4) = 0.98),
-        # so that every model starts as linear attention that predicts 0.
+        self.norms = nn.ModuleList(nn.RMSNorm(token_size)
+                                   for _ in range(depth - 1))
+        # Each layer after the first reads RMS-normalised tokens: a stack
+        # of bare layers is a polynomial of degree 3^depth in the prompt,
+        # and at depth 3 one such run's test risk was 7e4 where its
+        # validation risk was 2.7.
+        # Gates start open (sigmoid(4) = 0.98), so that every model starts
+        # as linear attention. The output projections keep their random
+        # start: from zero, a gated layer sat at predicting nearly 0 on two
+        # seeds of three with six segments (test risk 4.96 against WPGD's
+        # 3.80).
         for layer in self.layers:
-            nn.init.zeros_(layer.output.weight)
-            nn.init.zeros_(layer.output.bias)
             if 'g' in layer.projections:
                 nn.init.zeros_(layer.projections['g'].weight)
                 nn.init.constant_(layer.projections['g'].bias, 4.0)
@@ -64,6 +69,6 @@ class Model(nn.Module):
     def forward(self, tokens):
         """[B, T, token_size] to the predictions [B]."""
         z = tokens
-        for layer in self.layers:
-            z = z + layer(z)[0]
+        for i, layer in enumerate(self.layers):
+            z = z + layer(self.norms[i - 1](z) if i else z)[0]
         return z[:, -1, self.label]

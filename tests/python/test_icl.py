@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from conftest import EXAMPLES
 
@@ -15,7 +16,7 @@ sys.path.insert(0, os.path.join(EXAMPLES, 'icl'))
 from baselines import closed_form, fit, risk  # noqa: E402
 from data import Setting, sample  # noqa: E402
 from model import GATES, Model  # noqa: E402
-from train import evaluate, train  # noqa: E402
+from train import evaluate, segment_weights, train  # noqa: E402
 
 MULTITASK = Setting(d=5, n=12, r=(0.2, 0.5, 0.9), sigma=0.5)
 
@@ -90,6 +91,44 @@ def test_fitted_baselines_reach_the_closed_forms():
     assert risks[True] < 0.93 * risks[False]
 
 
+def test_more_steps_lower_the_risk():
+    # A second step corrects the first's residuals: L-step WPGD beats
+    # one step, and the fitted single step keeps its closed form.
+    rng = np.random.default_rng()
+    train, test = sample(MULTITASK, 20000, rng), sample(MULTITASK, 100000, rng)
+    one = risk(test, MULTITASK, *fit(train, MULTITASK, True, steps=1))
+    W, weights = fit(train, MULTITASK, True, steps=2)
+    assert W.shape == (2, MULTITASK.d, MULTITASK.d)
+    assert weights.shape == (2, MULTITASK.segments)
+    two = risk(test, MULTITASK, W, weights)
+    assert one == pytest.approx(closed_form(MULTITASK, True)[1], rel=0.04)
+    assert two < 0.97 * one
+
+
+class OneStep(nn.Module):
+    """x^T c sum_i w_k(i) y_i x_i read off the tokens: one WPGD step."""
+
+    def __init__(self, setting, weights, c):
+        super().__init__()
+        self.setting, self.c = setting, c
+        self.per_example = torch.as_tensor(
+            weights, dtype=torch.float32)[setting.segment_of()]
+
+    def forward(self, tokens):
+        n, d = self.setting.n, self.setting.d
+        X, y, x = tokens[:, :n, :d], tokens[:, :n, d], tokens[:, n, :d]
+        return self.c * torch.einsum('bd,bnd,bn->b', x, X,
+                                     y * self.per_example)
+
+
+def test_segment_weights_recover_a_step():
+    weights = np.random.default_rng().uniform(0.1, 1.0, MULTITASK.segments)
+    model = OneStep(MULTITASK, weights, c=0.3)
+    prompts = sample(MULTITASK, 500, np.random.default_rng())
+    np.testing.assert_allclose(segment_weights(model, MULTITASK, prompts),
+                               weights / weights.sum(), rtol=1e-4)
+
+
 def test_settings_are_checked():
     with pytest.raises(ValueError, match='multiple'):
         Setting(d=4, n=10, r=(0.5, 0.5, 0.5))
@@ -97,28 +136,39 @@ def test_settings_are_checked():
         Setting(d=4, n=12, r=(0.5, 1.5, 0.5))
 
 
-def test_a_gated_layer_learns_what_linear_attention_cannot(cache):
-    # A scalar gate reading the segment boundaries weights the segments,
-    # so a short training (seeds fixed) takes it below the best risk of
-    # any linear attention layer, one-step PGD's.
+@pytest.mark.parametrize('gate', ['scalar', 'vector'])
+def test_a_gated_layer_learns_what_linear_attention_cannot(gate, cache):
+    # A gate reading the segment boundaries weights the segments, so a
+    # short training (seeds fixed) takes it below the best risk of any
+    # linear attention layer, one-step PGD's, and its weights rise towards
+    # the query's segment as WPGD's do.
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    model = Model('scalar', MULTITASK.token_size, MULTITASK.d, cache=cache)
+    model = Model(gate, MULTITASK.token_size, MULTITASK.d, cache=cache)
     train(model, MULTITASK, rng, steps=400)
-    got = evaluate(model, MULTITASK, sample(MULTITASK, 20000, rng))
+    prompts = sample(MULTITASK, 20000, rng)
+    got = evaluate(model, MULTITASK, prompts)
     _, linear_best = closed_form(MULTITASK, weighted=False)
     assert got < 0.97 * linear_best
+    weights = segment_weights(model, MULTITASK, prompts)
+    assert weights[0] < weights[1] < weights[2]
 
 
 @pytest.mark.parametrize('gate', sorted(GATES))
-def test_every_model_starts_predicting_zero(gate, cache):
-    # Each layer's output projection starts at zero, so every stack starts
-    # as the predictor 0 and its gradients reach the projections it reads.
+def test_every_model_starts_with_open_gates(gate, cache):
+    # Every gate starts at sigmoid(4) on every token whatever it reads, and
+    # the gradients of a stack reach every projection.
     model = Model(gate, MULTITASK.token_size, MULTITASK.d, depth=2,
                   cache=cache)
     prompts = sample(MULTITASK, 8, np.random.default_rng())
     tokens = torch.from_numpy(prompts.tokens(MULTITASK))
+    for layer in model.layers:
+        assert ('g' in layer.projections) == (GATES[gate] is not None)
+        if 'g' in layer.projections:
+            gates = torch.sigmoid(layer.projections['g'](tokens))
+            assert torch.allclose(gates, torch.sigmoid(torch.tensor(4.0)))
     prediction = model(tokens)
-    assert prediction.shape == (8,) and not prediction.any()
+    assert prediction.shape == (8,) and prediction.any()
     prediction.square().sum().backward()
-    assert all(p.grad is not None for p in model.parameters())
+    assert all(p.grad is not None and p.grad.any()
+               for p in model.parameters())

@@ -58,7 +58,7 @@ def setting_of(tasks, correlation):
     return Setting(d=FEATURES, n=EXAMPLES, r=r, sigma=NOISE)
 
 
-def test_prompts(tasks, correlation):
+def held_out_prompts(tasks, correlation):
     """The same test prompts for every model and baseline of a setting."""
     rng = np.random.default_rng([tasks, round(correlation * 100)])
     return sample(setting_of(tasks, correlation), TEST_PROMPTS, rng)
@@ -93,7 +93,7 @@ def train_one(job, restart, steps, device, cache):
     # deeper stack trains at a smaller rate.
     train(model, setting, rng, steps=steps, lr=LEARNING_RATE / depth,
           device=device)
-    prompts = test_prompts(tasks, correlation)
+    prompts = held_out_prompts(tasks, correlation)
     result = {'tasks': tasks, 'correlation': correlation, 'gate': gate,
               'depth': depth, 'restart': restart, 'seed': seed,
               'validation': evaluate(model, setting,
@@ -127,7 +127,7 @@ def baselines():
                 {(K, BASE_CORRELATION) for K in TASK_COUNTS})
     for tasks, correlation in sorted(settings):
         setting = setting_of(tasks, correlation)
-        prompts = test_prompts(tasks, correlation)
+        prompts = held_out_prompts(tasks, correlation)
         identity = torch.eye(setting.d, dtype=torch.float64)
         entry = {}
         for name, weighted in (('pgd', False), ('wpgd', True)):
@@ -139,7 +139,7 @@ def baselines():
         out[f'{tasks},{correlation}'] = entry
     setting = setting_of(BASE_TASKS, BASE_CORRELATION)
     train_prompts = sample(setting, FIT_PROMPTS, np.random.default_rng(7))
-    prompts = test_prompts(BASE_TASKS, BASE_CORRELATION)
+    prompts = held_out_prompts(BASE_TASKS, BASE_CORRELATION)
     steps = {}
     for name, weighted in (('pgd', False), ('wpgd', True)):
         steps[name] = [risk(prompts, setting,
@@ -260,9 +260,11 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()
-    # Compile each spec once before the workers start.
+    # Compile each spec for the device once, before the workers start: a
+    # layer compiles for a device at its first call there.
     for gate in GATES:
-        Model(gate, 4, 0, cache=args.cache).to(args.device)
+        Model(gate, 4, 0, cache=args.cache).to(args.device)(
+            torch.zeros(1, 2, 4, device=args.device))
     todo = [(job, restart) for job in jobs()
             for restart in range(args.restarts)]
     runs = []

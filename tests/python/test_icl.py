@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(EXAMPLES, 'icl'))
 from baselines import closed_form, fit, risk  # noqa: E402
 from data import Setting, sample  # noqa: E402
 from model import GATES, Model  # noqa: E402
+from study import best_restarts, jobs, setting_of  # noqa: E402
 from train import evaluate, segment_weights, train  # noqa: E402
 
 MULTITASK = Setting(d=5, n=12, r=(0.2, 0.5, 0.9), sigma=0.5)
@@ -93,7 +94,7 @@ def test_fitted_baselines_reach_the_closed_forms():
 
 def test_more_steps_lower_the_risk():
     # A second step corrects the first's residuals: L-step WPGD beats
-    # one step, and the fitted single step keeps its closed form.
+    # one step.
     rng = np.random.default_rng()
     train, test = sample(MULTITASK, 20000, rng), sample(MULTITASK, 100000, rng)
     one = risk(test, MULTITASK, *fit(train, MULTITASK, True, steps=1))
@@ -101,7 +102,6 @@ def test_more_steps_lower_the_risk():
     assert W.shape == (2, MULTITASK.d, MULTITASK.d)
     assert weights.shape == (2, MULTITASK.segments)
     two = risk(test, MULTITASK, W, weights)
-    assert one == pytest.approx(closed_form(MULTITASK, True)[1], rel=0.04)
     assert two < 0.97 * one
 
 
@@ -172,3 +172,37 @@ def test_every_model_starts_with_open_gates(gate, cache):
     prediction.square().sum().backward()
     assert all(p.grad is not None and p.grad.any()
                for p in model.parameters())
+
+
+def test_layers_after_the_first_read_normalised_tokens(cache):
+    # The second layer's input has an RMS of 1 on every token, however
+    # large the prompt and the first layer's output.
+    model = Model('scalar', MULTITASK.token_size, MULTITASK.d, depth=2,
+                  cache=cache)
+    seen = []
+    model.layers[1].register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].detach()))
+    prompts = sample(MULTITASK, 4, np.random.default_rng())
+    model(100 * torch.from_numpy(prompts.tokens(MULTITASK)))
+    rms = seen[0].square().mean(-1).sqrt()
+    assert torch.allclose(rms, torch.ones_like(rms), rtol=1e-3)
+
+
+def test_study_settings_and_restarts():
+    # The last segment is the query's task, each earlier one c times less
+    # correlated; every configuration trains once; of its restarts the
+    # least validation risk is kept, whatever its test risk.
+    assert setting_of(4, 0.5).r == (0.125, 0.25, 0.5, 1.0)
+    assert setting_of(3, 0.0).r == (0.0, 0.0, 1.0)
+    configs = jobs()
+    assert len(configs) == len(set(configs))
+    assert {gate for _, _, gate, _ in configs} == set(GATES)
+
+    def run(restart, validation, test):
+        return {'tasks': 3, 'correlation': 0.5, 'gate': 'scalar', 'depth': 1,
+                'restart': restart, 'validation': validation, 'risk': test}
+
+    kept = best_restarts([run(0, 3.2, 3.0), run(1, 3.1, 3.3),
+                          dict(run(0, 9.0, 9.0), gate='vector')])
+    assert [(r['gate'], r['restart']) for r in kept] == [('scalar', 1),
+                                                         ('vector', 0)]

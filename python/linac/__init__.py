@@ -12,6 +12,7 @@ elsewhere open with linac.load(path).
 
 import collections
 import ctypes
+import json
 import os
 
 from . import _capi
@@ -64,6 +65,9 @@ class Layer:
         self.arguments = tuple(arguments)
         self.inputs = tuple(a.name for a in arguments if a.role == 'input')
         self.params = tuple(a.name for a in arguments if a.role == 'param')
+        # The runtime has checked the manifest against the package.
+        with open(os.path.join(path, 'manifest.json')) as manifest:
+            self.normal_form = json.load(manifest)['normal_form']
 
     def __del__(self):
         handle = getattr(self, '_handle', None)

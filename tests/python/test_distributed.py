@@ -1,0 +1,217 @@
+"""linac.distributed: a batch split over gloo processes by token gives the
+single process's output, final states and gradients, for every family of
+the normal form, sequences straddling ranks, a rank inside one sequence and
+a rank with no tokens."""
+
+import datetime
+import os
+
+import pytest
+
+torch = pytest.importorskip('torch')
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import linac
+import linac.distributed
+import linac.torch
+from conftest import EXAMPLES
+from test_layer import SPECS
+
+# Families: an erase under a scalar gate, a key-vector gate with a
+# value-vector write, a normaliser, a decay on both sides; read before the
+# write with a bonus (RWKV-6), a key-vector gate with an erase (KDA), the
+# delta rule without a gate (DeltaNet).
+LAYERS = ['scalar_delta', 'vector_gate', 'normalized', 'two_sided', 'rwkv6',
+          'kda', 'deltanet']
+# Shifts of the gate inputs that make each decay weak (a factor of about
+# 0.99 a token), so that a rank's transition carries the state across it.
+WEAK_GATES = {'scalar_delta': {'g': -5}, 'vector_gate': {'g': -5},
+              'normalized': {'f': -5}, 'two_sided': {'g': -5, 'h': -5},
+              'rwkv6': {'w': -5}, 'kda': {'g': -5}}
+
+# (cu_seqlens, tokens a rank or None for an even split), per world size:
+# sequences ending and starting inside a rank, an empty sequence, one
+# sequence over every rank (the middle rank inside it), a rank with no
+# tokens inside a sequence, several chunks a rank.
+SPLITS = {
+    2: [([0, 5, 40, 41, 41, 90, 100], None), ([0, 150], None)],
+    3: [([0, 5, 40, 41, 41, 90, 100], None), ([0, 100], None),
+        ([0, 20, 100], [50, 0, 50]), ([0, 30, 200], [70, 60, 70])],
+}
+TOLERANCE = 2e-5
+
+
+def _compile(name, cache):
+    if name in SPECS:
+        return linac.compile(SPECS[name], cache=cache)
+    return linac.compile(os.path.join(EXAMPLES, name + '.mlir'), cache=cache)
+
+
+def _arguments(layer, name, tokens, heads, generator):
+    sizes = {'key': (layer.key_dim,), 'value': (layer.value_dim,),
+             'scalar': (), 'matrix': (layer.key_dim, layer.value_dim)}
+    tensors = {}
+    for arg in layer.arguments:
+        if arg.role == 'input':
+            shape = (1, tokens, heads) + sizes[arg.kind]
+            tensors[arg.name] = torch.randn(shape, generator=generator) + \
+                WEAK_GATES.get(name, {}).get(arg.name, 0)
+        elif arg.role == 'param':
+            shape = (heads,) + sizes[arg.kind]
+            tensors[arg.name] = 0.1 + 0.8 * torch.rand(shape,
+                                                       generator=generator)
+    return tensors
+
+
+def _relative_error(got, want):
+    got, want = got.detach(), want.detach()
+    if want.numel() == 0:
+        return 0.0
+    return float((got - want).norm() / want.norm().clamp_min(1e-30))
+
+
+def _check(layer, name, cu, tokens, seed):
+    """This rank's output, final states and gradients against one process
+    running the whole batch, on the same inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    heads = 2
+    total = cu[-1]
+    whole = _arguments(layer, name, total, heads, generator)
+    initial = 0.1 * torch.randn(
+        (len(cu) - 1, heads, layer.key_dim, layer.state_columns),
+        generator=generator)
+    d_output = torch.randn((1, total, heads, layer.value_dim),
+                           generator=generator)
+    d_final = torch.randn(initial.shape, generator=generator)
+
+    leaves = {n: t.clone().requires_grad_() for n, t in whole.items()}
+    start = initial.clone().requires_grad_()
+    want_o, want_final = linac.torch.forward(
+        layer, initial_state=start, cu_seqlens=torch.tensor(cu), **leaves)
+    ((want_o * d_output).sum() + (want_final * d_final).sum()).backward()
+
+    context = linac.distributed.context(cu, tokens=tokens)
+    lo, hi = context.begin, context.end
+    mine = {n: (t[:, lo:hi] if n in layer.inputs else t).clone()
+            .requires_grad_() for n, t in whole.items()}
+    mine_start = initial.clone().requires_grad_()
+    o, final = linac.distributed.forward(
+        layer, context, initial_state=mine_start, output_final_state=True,
+        **mine)
+    ((o * d_output[:, lo:hi]).sum() + (final * d_final).sum()).backward()
+
+    errors = {'output': _relative_error(o, want_o[:, lo:hi])}
+    # Each final state comes from exactly one rank, the others give zeros;
+    # each parameter's and initial state's gradient is a sum over ranks.
+    shared = [('final', final, want_final),
+              ('d initial', mine_start.grad, start.grad)]
+    shared += [('d ' + n, mine[n].grad, leaves[n].grad) for n in layer.params]
+    for name, value, want in shared:
+        value = torch.zeros_like(want) if value is None else value.detach()
+        dist.all_reduce(value)
+        errors[name] = _relative_error(value, want)
+    for n in layer.inputs:
+        if hi > lo:
+            errors['d ' + n] = _relative_error(mine[n].grad,
+                                               leaves[n].grad[:, lo:hi])
+    return errors
+
+
+def _worker(rank, world, store_path, packages, queue):
+    # A collective one rank never joins fails in a minute, not gloo's 30.
+    dist.init_process_group('gloo', init_method=f'file://{store_path}',
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        report = []
+        for name, path in packages:
+            layer = linac.load(path)
+            for case, (cu, tokens) in enumerate(SPLITS[world]):
+                errors = _check(layer, name, cu, tokens,
+                                seed=1000 * case + world)
+                worst = max(errors, key=errors.get)
+                report.append((name, case, worst, errors[worst]))
+        queue.put((rank, report))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('world', sorted(SPLITS))
+def test_split_batch_matches_one_process(world, cache, tmp_path):
+    packages = [(name, _compile(name, cache).path) for name in LAYERS]
+    context = mp.get_context('spawn')
+    queue = context.SimpleQueue()
+    mp.start_processes(_worker, args=(world, str(tmp_path / 'store'),
+                                      packages, queue),
+                       nprocs=world, start_method='spawn')
+    failures = []
+    for _ in range(world):
+        rank, report = queue.get()
+        assert len(report) == len(LAYERS) * len(SPLITS[world])
+        failures += [
+            f'rank {rank} {name} split {case}: {what} off by {error:.2e}'
+            for name, case, what, error in report if not error < TOLERANCE]
+    assert not failures, '\n'.join(failures)
+
+
+@pytest.fixture
+def single_rank(tmp_path):
+    """A gloo group of this process alone."""
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store',
+                            rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('name, message', [
+    ('two_sided_erase', 'an erase under a value-side decay'),
+    ('full_matrix_gate', 'outside the normal form')])
+def test_refuses_transitions_it_cannot_compose(name, message, single_rank,
+                                               cache):
+    layer = _compile(name, cache)
+    context = linac.distributed.context([0, 4])
+    tensors = _arguments(layer, name, 4, 1, torch.Generator())
+    with pytest.raises(linac.InvalidArgument, match=message):
+        linac.distributed.forward(layer, context, **tensors)
+
+
+def test_context_checks_its_arguments(single_rank):
+    for cu in ([5], [1, 4], [0, 4, 2]):
+        with pytest.raises(linac.InvalidArgument, match='cu_seqlens is'):
+            linac.distributed.context(cu)
+    with pytest.raises(linac.InvalidArgument, match=r"tokens is \[3\]; "
+                       r"expected 1 counts, one a rank, that add up to the "
+                       r"batch's 4"):
+        linac.distributed.context([0, 4], tokens=[3])
+    context = linac.distributed.context(torch.tensor([0, 3, 4]))
+    assert context.tokens == 4 and not context.entering and \
+        not context.leaving
+    assert context.pieces == [(0, 0, 3), (1, 3, 4)]
+
+
+def test_forward_checks_its_arguments(single_rank, cache):
+    layer = _compile('scalar_delta', cache)
+    context = linac.distributed.context([0, 6, 10])
+    tensors = _arguments(layer, 'scalar_delta', 10, 2, torch.Generator())
+    with pytest.raises(linac.InvalidArgument,
+                       match=r"input 'q' has shape \[1, 9, 2, 16\]; expected "
+                       r"this rank's \[1, 10, ...\]"):
+        linac.distributed.forward(layer, context,
+                                  **dict(tensors, q=tensors['q'][:, :9]))
+    with pytest.raises(linac.InvalidArgument,
+                       match=r'initial_state has shape \[1, 2, 16, 16\]; '
+                       r'expected \[2, 2, 16, 16\]'):
+        linac.distributed.forward(layer, context,
+                                  initial_state=torch.zeros(1, 2, 16, 16),
+                                  **tensors)
+    with pytest.raises(linac.InvalidArgument, match='missing input'):
+        linac.distributed.forward(layer, context,
+                                  **{n: t for n, t in tensors.items()
+                                     if n != 'v'})
+    # One rank is the single-process forward.
+    o, final = linac.distributed.forward(layer, context,
+                                         output_final_state=True, **tensors)
+    want_o, want_final = linac.torch.forward(
+        layer, cu_seqlens=torch.tensor([0, 6, 10]), **tensors)
+    assert torch.equal(o, want_o) and torch.equal(final, want_final)

@@ -29,6 +29,8 @@ LAYERS = ['scalar_delta', 'vector_gate', 'normalized', 'two_sided', 'rwkv6',
 WEAK_GATES = {'scalar_delta': {'g': -5}, 'vector_gate': {'g': -5},
               'normalized': {'f': -5}, 'two_sided': {'g': -5, 'h': -5},
               'rwkv6': {'w': -5}, 'kda': {'g': -5}}
+# Layers whose queries and keys have one head for the state's two.
+GROUPED = {'scalar_delta', 'kda'}
 
 # (cu_seqlens, tokens a rank or None for an even split), per world size:
 # sequences ending and starting inside a rank, an empty sequence, one
@@ -54,7 +56,8 @@ def _arguments(layer, name, tokens, heads, generator):
     tensors = {}
     for arg in layer.arguments:
         if arg.role == 'input':
-            shape = (1, tokens, heads) + sizes[arg.kind]
+            grouped = name in GROUPED and arg.name in ('q', 'k')
+            shape = (1, tokens, 1 if grouped else heads) + sizes[arg.kind]
             tensors[arg.name] = torch.randn(shape, generator=generator) + \
                 WEAK_GATES.get(name, {}).get(arg.name, 0)
         elif arg.role == 'param':
@@ -195,7 +198,7 @@ def test_forward_checks_its_arguments(single_rank, cache):
     context = linac.distributed.context([0, 6, 10])
     tensors = _arguments(layer, 'scalar_delta', 10, 2, torch.Generator())
     with pytest.raises(linac.InvalidArgument,
-                       match=r"input 'q' has shape \[1, 9, 2, 16\]; expected "
+                       match=r"input 'q' has shape \[1, 9, 1, 16\]; expected "
                        r"this rank's \[1, 10, ...\]"):
         linac.distributed.forward(layer, context,
                                   **dict(tensors, q=tensors['q'][:, :9]))

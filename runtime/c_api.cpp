@@ -252,6 +252,16 @@ linac_status linac_forward_host(linac_package *package,
   });
 }
 
+linac_status linac_states_host(linac_package *package,
+                               const linac_forward_args *args,
+                               float *transitions) {
+  return guarded([&] {
+    if (!package || !args)
+      throw invalidArgument("linac_states_host needs a package and arguments");
+    package->package->states(forwardRequestOf(*args), transitions);
+  });
+}
+
 linac_status linac_backward_host(linac_package *package,
                                  const linac_backward_args *args) {
   return guarded([&] {

@@ -114,6 +114,28 @@ void Package::forward(const ForwardRequest &request) const {
   checkStatus(reinterpret_cast<linac_cpu_forward_fn>(forward_)(&call.args));
 }
 
+void Package::states(const ForwardRequest &request, float *transitions) const {
+  requireTarget(/*device=*/false);
+  ForwardShape shape = check(request);
+  if (!request.finalState)
+    throw argumentError("a states call needs a final_state buffer");
+  const manifest::NormalForm &form = info_.normalForm;
+  if (info_.plan.family == manifest::Family::Recurrent)
+    throw argumentError("@" + layer_ +
+                        " runs as a recurrent scan, whose transition over a "
+                        "sequence is not known to be a scaling or a K x K "
+                        "product");
+  if (form.valueDecay && form.erase != manifest::Strength::None)
+    throw argumentError("@" + layer_ +
+                        " erases under a value-side decay: its transition "
+                        "over a sequence is neither a scaling nor a K x K "
+                        "product");
+  HostForward call(request, shape, inputs_, params_, keyDim_);
+  call.args.final_state = request.finalState;
+  call.args.transitions = transitions;
+  checkStatus(reinterpret_cast<linac_cpu_forward_fn>(forward_)(&call.args));
+}
+
 void Package::backward(const BackwardRequest &request) const {
   requireTarget(/*device=*/false);
   const ForwardRequest &forward = request.forward;

@@ -169,6 +169,31 @@ class Layer:
                                                  ctypes.byref(args)))
         return output, final
 
+    def states(self, *, initial_state=None, cu_seqlens=None, scale=None,
+               threads=0, transitions=False, **tensors):
+        """What each sequence of a cpu package's batch does to a state, for
+        splitting sequences over processes: the final states from
+        initial_state (zeros without one), without the reads forward makes,
+        and with transitions=True the transitions A that carry any other
+        entering state over each sequence, S_out = A(S_in) + final:
+        [N, H, K, K] matrices (A S_in) when the layer erases, else
+        [N, H, K, state_columns] factors (A * S_in). Arguments as forward's.
+        Returns (final states, transitions or None), float32 numpy
+        arrays."""
+        import numpy as np
+        args, kept, _, state_shape = self._forward_args(
+            tensors, initial_state, cu_seqlens, scale, threads)
+        columns = (self.key_dim if self.normal_form['erase'] != 'none'
+                   else self.state_columns)
+        final = np.empty(state_shape, np.float32)
+        carried = (np.empty(state_shape[:3] + (columns,), np.float32)
+                   if transitions else None)
+        args.final_state = final.ctypes.data
+        _capi.check(_capi.lib.linac_states_host(
+            self._handle, ctypes.byref(args),
+            None if carried is None else carried.ctypes.data))
+        return final, carried
+
     def backward(self, *, d_output, d_final_state=None, initial_state=None,
                  cu_seqlens=None, scale=None, threads=0, **tensors):
         """The backward pass of a cpu package: the gradients of

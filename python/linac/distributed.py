@@ -7,10 +7,11 @@ as S_out = A(S_in) + S_local. S_local is the slice's state from zeros; A
 is linear: without an erase it scales each entry (Gamma (.) S_in, Gamma
 the product of every decay factor), with an erase and no value-side decay
 it is a K x K product from the left (the product of the (I - k e^T) D
-factors). A rank that lies inside one sequence finds both by
-running its slice from zeros and from the identity's column blocks, A(X)
-= f(X) - f(0); a rank on which its last sequence starts sends that
-sequence's state. The ranks exchange one state and one transition per
+factors). A rank that lies inside one sequence finds both by the
+package's pass without reads (Layer.states) where no gradient is kept,
+else by running its slice from zeros and from the identity's column
+blocks, A(X) = f(X) - f(0); a rank on which its last sequence starts sends
+that sequence's state. The ranks exchange one state and one transition per
 head in a single all-gather, whatever the sequences' lengths, and each
 rank composes those of the ranks before it into the state its first
 sequence enters with.
@@ -212,17 +213,33 @@ def forward(layer, context, *, initial_state=None, scale=None,
             return first.new_zeros(state_shape, dtype=torch.float32)
         return initial_state[sequence].to(device, torch.float32)
 
-    def run(pieces, states):
+    # Without a gradient to keep, a cpu package's pass without reads gives
+    # a slice's state and transition at the cost of its state updates.
+    needs_gradient = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad
+        for t in list(arguments) + [initial_state])
+    by_state_pass = device.type == 'cpu' and not needs_gradient
+
+    def run(pieces, states, reads=True, transitions=False):
         """The output and final states of `pieces` (contiguous, of this
-        slice) from `states`."""
+        slice) from `states`; without reads, the final states and, with
+        `transitions`, the transitions instead (Layer.states)."""
         lo, hi = pieces[0][1], pieces[-1][2]
         cu = torch.tensor([p[1] - lo for p in pieces] + [hi - lo],
-                          dtype=torch.int64, device=device)
-        sliced = (t[:, lo:hi] for t in inputs)
-        return linac_torch.forward(
-            layer, initial_state=torch.stack(states), cu_seqlens=cu,
-            scale=scale, **dict(zip(layer.inputs, sliced)),
-            **dict(zip(layer.params, params)))
+                          dtype=torch.int64)
+        named = dict(zip(layer.inputs, (t[:, lo:hi] for t in inputs)),
+                     **dict(zip(layer.params, params)))
+        if reads:
+            return linac_torch.forward(
+                layer, initial_state=torch.stack(states),
+                cu_seqlens=cu.to(device), scale=scale, **named)
+        arrays = {n: t.detach().to(torch.float32).contiguous().numpy()
+                  for n, t in named.items()}
+        final, carried = layer.states(
+            initial_state=torch.stack(states).numpy(), cu_seqlens=cu.numpy(),
+            scale=scale, transitions=transitions, **arrays)
+        return torch.from_numpy(final), \
+            None if carried is None else torch.from_numpy(carried)
 
     transition_size = layer.key_dim * (layer.key_dim if kind == 'left'
                                        else layer.state_columns)
@@ -232,13 +249,23 @@ def forward(layer, context, *, initial_state=None, scale=None,
     # Each run's output by its first token in the slice.
     outputs, finals = {}, {}
     if sends == _RELATIVE:
-        local, transition = _slice_transition(layer, kind, inputs, params,
-                                              state_shape, scale)
+        if by_state_pass:
+            zeros = first.new_zeros(state_shape, dtype=torch.float32)
+            local, transition = run(pieces, [zeros], reads=False,
+                                    transitions=True)
+        else:
+            local, transition = _slice_transition(
+                layer, kind, inputs, params, state_shape, scale)
         message = torch.cat([local.new_full((1,), float(sends)),
                              local.reshape(-1), transition.reshape(-1)])
     elif sends == _ABSOLUTE:
+        # With the state pass, the piece's outputs come while the states
+        # travel, with the middle's.
         last = pieces[-1]
-        outputs[last[1]], leaving = run([last], [initial(last[0])])
+        if by_state_pass:
+            leaving, _ = run([last], [initial(last[0])], reads=False)
+        else:
+            outputs[last[1]], leaving = run([last], [initial(last[0])])
         message = torch.cat([leaving.new_full((1,), float(sends)),
                              leaving.reshape(-1),
                              leaving.new_zeros(heads * transition_size)])

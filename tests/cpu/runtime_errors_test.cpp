@@ -338,6 +338,10 @@ TEST_F(RuntimeErrors, CApiChecksEveryPointer) {
                 "linac_forward_host needs a package and arguments");
   expectInvalid(linac_forward_host(handle, nullptr),
                 "linac_forward_host needs a package and arguments");
+  expectInvalid(linac_states_host(nullptr, &forward, nullptr),
+                "linac_states_host needs a package and arguments");
+  expectInvalid(linac_states_host(handle, nullptr, nullptr),
+                "linac_states_host needs a package and arguments");
   linac_forward_args noTensors = forward;
   noTensors.tensors = nullptr;
   expectInvalid(linac_forward_host(handle, &noTensors),

@@ -23,7 +23,7 @@
 // BENCHDECODE-SAME: "target":"cpu"
 // BENCHDECODE-SAME: "threads":1
 // BENCHTHREADS: error: threads is -1; expected 0 (every core this process may use) or 1 to 1024
-// MANIFEST: "abi_version": 5
+// MANIFEST: "abi_version": 6
 // MANIFEST: "arguments": [
 // MANIFEST: "name": "beta"
 // MANIFEST-NEXT: "role": "input"

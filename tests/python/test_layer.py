@@ -1,6 +1,7 @@
 """linac from Python: compile, load, forward and decode on numpy arrays,
 against the fp64 interpretation of each package's step."""
 
+import ctypes
 import os
 
 import numpy as np
@@ -259,6 +260,64 @@ def test_thread_counts_give_the_same_answer(cache):
             layer(threads=bad, **tensors)
     with pytest.raises(linac.InvalidArgument, match='threads is 2.5'):
         layer(threads=2.5, **tensors)
+
+
+# Shifts of the gate inputs that make each decay weak, so that a
+# transition over a sequence of 100 tokens is far from zero.
+WEAK_GATES = {'scalar_delta': {'g': -5}, 'vector_gate': {'g': -5},
+              'normalized': {'f': -5}, 'two_sided': {'g': -5, 'h': -5}}
+
+
+@pytest.mark.parametrize('name', sorted(WEAK_GATES))
+def test_states_and_transitions_carry_any_entering_state(name, cache):
+    # final(S0 + X) = final(S0) + A(X) for every sequence, empty and
+    # longer than a chunk among them.
+    layer = linac.compile(SPECS[name], cache=cache)
+    rng = np.random.default_rng()
+    cu = np.array([0, 7, 7, 40, 140])
+    tensors = random_arguments(layer, 1, cu[-1], 2, rng)
+    for input_name, shift in WEAK_GATES[name].items():
+        tensors[input_name] += shift
+    shape = (len(cu) - 1, 2, layer.key_dim, layer.state_columns)
+    start = rng.standard_normal(shape).astype(np.float32)
+    entering = rng.standard_normal(shape).astype(np.float32)
+    final, transition = layer.states(initial_state=start, cu_seqlens=cu,
+                                     transitions=True, **tensors)
+    alone, none = layer.states(initial_state=start, cu_seqlens=cu, **tensors)
+    assert none is None and np.array_equal(alone, final)
+    _, want_final = layer(initial_state=start, cu_seqlens=cu, **tensors)
+    _, moved = layer(initial_state=start + entering, cu_seqlens=cu, **tensors)
+    assert relative_error(final, want_final) < TOLERANCE
+    if layer.normal_form['erase'] != 'none':
+        assert transition.shape == shape[:3] + (layer.key_dim,)
+        carried = transition @ entering
+    else:
+        assert transition.shape == shape
+        carried = transition * entering
+    assert relative_error(carried, moved - want_final) < TOLERANCE
+    # An empty sequence carries every state as it is.
+    assert np.array_equal(carried[1], entering[1])
+
+
+def test_states_refuses_what_it_cannot_carry(cache):
+    erase = linac.compile(SPECS['two_sided_erase'], cache=cache)
+    tensors = random_arguments(erase, 1, 5, 1, np.random.default_rng())
+    with pytest.raises(linac.InvalidArgument,
+                       match='erases under a value-side decay'):
+        erase.states(**tensors)
+    scan = linac.compile(os.path.join(EXAMPLES, 'full_matrix_gate.mlir'),
+                         cache=cache)
+    tensors = random_arguments(scan, 1, 5, 1, np.random.default_rng())
+    with pytest.raises(linac.InvalidArgument,
+                       match='runs as a recurrent scan'):
+        scan.states(**tensors)
+    layer = linac.compile(SPECS['scalar_delta'], cache=cache)
+    tensors = random_arguments(layer, 1, 5, 1, np.random.default_rng())
+    args, kept, _, _ = layer._forward_args(tensors, None, None, None, 0)
+    with pytest.raises(linac.InvalidArgument,
+                       match='a states call needs a final_state buffer'):
+        linac._capi.check(linac._capi.lib.linac_states_host(
+            layer.handle, ctypes.byref(args), None))
 
 
 def test_a_bad_spec_is_a_compile_error(cache):

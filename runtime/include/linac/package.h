@@ -209,6 +209,10 @@ public:
   ForwardShape checkDeviceInputs(const DeviceForwardRequest &request) const;
   /// Runs the forward pass of a cpu package on host buffers.
   void forward(const ForwardRequest &request) const;
+  /// Runs a cpu package's sequences without reads (the request's output
+  /// unused) to their final states and, unless `transitions` is null,
+  /// writes their transitions (linac_states_host).
+  void states(const ForwardRequest &request, float *transitions) const;
   /// Runs the backward pass of a cpu package on host buffers, overwriting
   /// the gradients.
   void backward(const BackwardRequest &request) const;

@@ -120,6 +120,18 @@ linac_status linac_package_dims(const linac_package *package,
 linac_status linac_forward_host(linac_package *package,
                                 const linac_forward_args *args);
 
+/* Runs each sequence of a cpu package's batch from its initial state to
+ * args->final_state without reading (args->output unused), for splitting
+ * sequences over processes. With `transitions` it also writes each
+ * sequence's transition, the linear map A that carries any other entering
+ * state over it, S_out = A(S_in) + final state: [N, H, K, K] when the layer
+ * erases (A S_in), [N, H, K, C] factors when it does not (A (.) S_in, C the
+ * state's columns). Chunkwise layers without an erase under a value-side
+ * decay. */
+linac_status linac_states_host(linac_package *package,
+                               const linac_forward_args *args,
+                               float *transitions);
+
 /* A gradient buffer, float32 in C order, shaped as the input or parameter
  * it is the gradient of, and named as it. */
 typedef struct linac_host_gradient {

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CPU_ABI_VERSION 5
+#define LINAC_CPU_ABI_VERSION 6
 
 typedef struct linac_cpu_forward_args {
   int64_t num_seqs;
@@ -30,13 +30,21 @@ typedef struct linac_cpu_forward_args {
    * the last column when the layer has one. */
   const float *initial_state; /* or NULL for zeros */
   float *final_state;         /* or NULL */
-  float *output;              /* [tokens, H, V] */
+  float *output;              /* [tokens, H, V], or NULL for no reads:
+                                 the final states alone (and transitions) */
   float scale;                /* the read's scale unless the spec fixes it */
   int32_t threads;            /* workers, at least 1 */
   /* Sequences cut into pieces that run side by side: 0 where workers
    * would otherwise idle, -1 never, n > 0 into pieces of n tokens rounded
    * up to whole chunks. */
   int64_t segment_tokens;
+  /* Without an output, or NULL: each sequence's transition, the linear
+   * map that carries any other entering state over it (S_out = A(S_in) +
+   * final state): [N, H, K, K] with an erase (A S_in), [N, H, K, V] or
+   * [N, H, K, V + 1] factors without (A (.) S_in). A NULL output is for
+   * chunkwise layers without an erase under a value-side decay alone; the
+   * runtime checks. */
+  float *transitions;
 } linac_cpu_forward_args;
 
 /* A few new tokens for each of B sequences whose states live in a pool

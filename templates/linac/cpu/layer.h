@@ -471,6 +471,55 @@ void piecewiseForward(const linac_cpu_forward_args &args,
   });
 }
 
+/// Each sequence and head from its initial state to its final state
+/// without reads (abi.h's `output` NULL), on runs of heads as forward's,
+/// with its transition beside it when asked (abi.h's `transitions`): the
+/// chunks' products on the identity with an erase, else the factors of its
+/// total log-gates.
+template <typename Layer>
+void statesForward(const linac_cpu_forward_args &args) {
+  constexpr int K = Layer::K, V = Layer::V;
+  constexpr bool N = Layer::kNormalizer;
+  using HeadState = State<K, V, N>;
+  constexpr int U = HeadState::kColumns;
+  constexpr int G = Layer::kUniformKeyGate ? 1 : K;
+  constexpr int P = Layer::kValueDecay ? U : 0;
+  constexpr size_t kTransition = size_t(K) * (Layer::kErase ? K : U);
+  forEachHeadRun(
+      args.cu_seqlens, args.num_seqs, args.num_heads, args.threads,
+      [&](int64_t seq, int64_t firstHead, int64_t endHead) {
+        const int heads = int(endHead - firstHead);
+        const size_t slot = size_t(seq * args.num_heads + firstHead);
+        std::vector<HeadState> states(heads);
+        for (int h = 0; h < heads && args.initial_state; ++h)
+          states[h].load(args.initial_state + (slot + h) * HeadState::kSize);
+        HeadsPass pass{args.cu_seqlens[seq], args.cu_seqlens[seq + 1], false};
+        float *transitions =
+            args.transitions ? args.transitions + slot * kTransition : nullptr;
+        std::vector<double> totals(size_t(heads) * (G + P), 0.0);
+        if (transitions && Layer::kErase) {
+          std::fill_n(transitions, heads * kTransition, 0.0f);
+          for (int h = 0; h < heads; ++h)
+            for (int d = 0; d < K; ++d)
+              transitions[h * kTransition + d * K + d] = 1.0f;
+          pass.transitions = transitions;
+        } else if (transitions) {
+          pass.logGateTotals = totals.data();
+        }
+        chunkHeadsByProducts<Layer, Token<Layer>, HeadState, Operands<K, V, N>>(
+            args, pass, firstHead, states.data(), heads,
+            readScale<Layer>(args));
+        for (int h = 0; h < heads; ++h) {
+          states[h].store(args.final_state + (slot + h) * HeadState::kSize);
+          const double *sums = totals.data() + h * (G + P);
+          for (int d = 0; transitions && !Layer::kErase && d < K; ++d)
+            for (int j = 0; j < U; ++j)
+              transitions[h * kTransition + d * U + j] = float(
+                  std::exp(sums[G == 1 ? 0 : d] + (P ? sums[G + j] : 0.0)));
+        }
+      });
+}
+
 /// Each sequence and head from its initial state (zeros without one) to its
 /// final state: the recurrent scan (the step, token by token), the pairwise
 /// chunkwise algorithm for an erase under a value-side decay, or the
@@ -482,6 +531,12 @@ template <typename Layer> int forward(const linac_cpu_forward_args &args) {
   using HeadState = State<K, V, N>;
   constexpr bool kByProducts =
       !Layer::kRecurrent && !(Layer::kValueDecay && Layer::kErase);
+  if (!args.output) {
+    // The runtime asks only layers by products for states alone.
+    if constexpr (kByProducts)
+      statesForward<Layer>(args);
+    return kByProducts ? 0 : 1;
+  }
   if constexpr (kByProducts) {
     const std::vector<SequencePiece> pieces = cutSequences(
         args.cu_seqlens, args.num_seqs, args.num_heads, args.threads,

@@ -45,7 +45,8 @@ if [ $python -eq 1 ]; then
   PYTHONPATH="$fla$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
   LINAC_LIBRARY="$PWD/build-gpu/lib/liblinac.so" PYTHONDONTWRITEBYTECODE=1 \
     exec python3 -m pytest -q -rs -p no:cacheprovider \
-      tests/python/test_torch_cuda.py tests/python/test_fla_cuda.py
+      tests/python/test_torch_cuda.py tests/python/test_fla_cuda.py \
+      tests/python/test_distributed_cuda.py
 fi
 cmake --build build-gpu --target linac-gpu-check linac-run linac_runtime_shared
 check=build-gpu/bin/linac-gpu-check

@@ -27,20 +27,26 @@ from test_layer import SPECS, random_arguments
 LAYERS = ['scalar_delta', 'vector_gate', 'normalized', 'two_sided', 'rwkv6',
           'kda', 'deltanet']
 # Shifts of the gate inputs that make each decay weak (a factor of about
-# 0.99 a token), so that a rank's transition carries the state across it.
-WEAK_GATES = dict(test_layer.WEAK_GATES, rwkv6={'w': -5}, kda={'g': -5})
+# 0.99 a token), so that a rank's transition carries the state across it:
+# these layers' and test_distributed_cuda.py's.
+WEAK_GATES = dict(test_layer.WEAK_GATES, rwkv6={'w': -5}, kda={'g': -5},
+                  gated_deltanet={'g': -5}, gdn2={'g': -5}, gla={'g': 5},
+                  mlstm={'f': 5})
 # Layers whose queries and keys have one head for the state's two.
 GROUPED = {'scalar_delta', 'kda'}
 
-# (cu_seqlens, tokens a rank or None for an even split), per world size:
-# sequences ending and starting inside a rank, an empty sequence, one
-# sequence over every rank (the middle rank inside it), a rank with no
-# tokens inside a sequence, several chunks a rank.
-SPLITS = {
-    2: [([0, 5, 40, 41, 41, 90, 100], None), ([0, 150], None)],
-    3: [([0, 5, 40, 41, 41, 90, 100], None), ([0, 100], None),
-        ([0, 20, 100], [50, 0, 50]), ([0, 30, 200], [70, 60, 70])],
-}
+
+
+def splits(world):
+    """(cu_seqlens, tokens a rank or None for an even split): sequences
+    ending and starting inside a rank, an empty sequence; one sequence over
+    every rank (the middle ones inside it); ranks with no tokens inside a
+    sequence; several chunks a rank."""
+    return [([0, 5, 40, 41, 41, 90, 100], None), ([0, 50 * world], None),
+            ([0, 20, 100], [50] + [0] * (world - 2) + [50]),
+            ([0, 30, 70 * world], [70] * world)]
+
+
 TOLERANCE = 2e-5
 
 
@@ -67,17 +73,19 @@ def _relative_error(got, want):
     return float((got - want).norm() / want.norm().clamp_min(1e-30))
 
 
-def _check(layer, name, cu, tokens, seed):
+def _check(layer, name, cu, tokens, seed, device):
     """This rank's output, final states and gradients against one process
-    running the whole batch, on the same inputs."""
+    running the whole batch, on the same inputs, on `device`."""
     rng = np.random.default_rng(seed)
 
     def normal(*shape):
-        return torch.from_numpy(rng.standard_normal(shape, np.float32))
+        return torch.from_numpy(rng.standard_normal(shape, np.float32)).to(
+            device)
 
     heads = 2
     total = cu[-1]
-    whole = _arguments(layer, name, total, heads, rng)
+    whole = {n: t.to(device)
+             for n, t in _arguments(layer, name, total, heads, rng).items()}
     initial = 0.1 * normal(len(cu) - 1, heads, layer.key_dim,
                            layer.state_columns)
     d_output = normal(1, total, heads, layer.value_dim)
@@ -127,18 +135,25 @@ def _check(layer, name, cu, tokens, seed):
     return errors
 
 
-def _worker(rank, world, store_path, packages, queue):
-    # A collective one rank never joins fails in a minute, not gloo's 30.
-    dist.init_process_group('gloo', init_method=f'file://{store_path}',
+def worker(rank, world, store_path, packages, queue, backend):
+    """Checks every package over every split on this rank, on the CPU with
+    gloo or on GPU `rank` with NCCL, and puts (rank, [(name, split, worst
+    quantity, its error)]) on `queue`."""
+    device = 'cpu'
+    if backend == 'nccl':
+        device = f'cuda:{rank}'
+        torch.cuda.set_device(device)
+    # A collective one rank never joins fails in a minute, not in 30.
+    dist.init_process_group(backend, init_method=f'file://{store_path}',
                             rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     try:
         report = []
         for name, path in packages:
             layer = linac.load(path)
-            for case, (cu, tokens) in enumerate(SPLITS[world]):
+            for case, (cu, tokens) in enumerate(splits(world)):
                 errors = _check(layer, name, cu, tokens,
-                                seed=1000 * case + world)
+                                seed=1000 * case + world, device=device)
                 worst = max(errors, key=errors.get)
                 report.append((name, case, worst, errors[worst]))
         queue.put((rank, report))
@@ -146,22 +161,28 @@ def _worker(rank, world, store_path, packages, queue):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize('world', sorted(SPLITS))
-def test_split_batch_matches_one_process(world, cache, tmp_path):
-    packages = [(name, _compile(name, cache).path) for name in LAYERS]
+def run_ranks(world, backend, packages, store_path, tolerance):
+    """Spawns `world` ranks of `worker` and fails with every quantity off by
+    `tolerance` or more."""
     context = mp.get_context('spawn')
     queue = context.SimpleQueue()
-    mp.start_processes(_worker, args=(world, str(tmp_path / 'store'),
-                                      packages, queue),
+    mp.start_processes(worker, args=(world, store_path, packages, queue,
+                                     backend),
                        nprocs=world, start_method='spawn')
     failures = []
     for _ in range(world):
         rank, report = queue.get()
-        assert len(report) == len(LAYERS) * len(SPLITS[world])
+        assert len(report) == len(packages) * len(splits(world))
         failures += [
             f'rank {rank} {name} split {case}: {what} off by {error:.2e}'
-            for name, case, what, error in report if not error < TOLERANCE]
+            for name, case, what, error in report if not error < tolerance]
     assert not failures, '\n'.join(failures)
+
+
+@pytest.mark.parametrize('world', [2, 3])
+def test_split_batch_matches_one_process(world, cache, tmp_path):
+    packages = [(name, _compile(name, cache).path) for name in LAYERS]
+    run_ranks(world, 'gloo', packages, str(tmp_path / 'store'), TOLERANCE)
 
 
 @pytest.fixture

@@ -295,7 +295,9 @@ def forward(layer, context, *, initial_state=None, scale=None,
         outputs[entering[1]], final = run([entering], [state])
         finals[entering[0]] = final[0]
 
-    if outputs:
+    if len(outputs) == 1:
+        output, = outputs.values()
+    elif outputs:
         output = torch.cat([outputs[at] for at in sorted(outputs)], dim=1)
     else:
         output = first.new_empty((1, 0, heads, layer.value_dim))

@@ -67,7 +67,9 @@ class Layer:
         self.params = tuple(a.name for a in arguments if a.role == 'param')
         # The runtime has checked the manifest against the package.
         with open(os.path.join(path, 'manifest.json')) as manifest:
-            self.normal_form = json.load(manifest)['normal_form']
+            manifest = json.load(manifest)
+        self.normal_form = manifest['normal_form']
+        self.family = manifest['plan']['family']
 
     def __del__(self):
         handle = getattr(self, '_handle', None)

@@ -214,11 +214,13 @@ def forward(layer, context, *, initial_state=None, scale=None,
         return initial_state[sequence].to(device, torch.float32)
 
     # Without a gradient to keep, a cpu package's pass without reads gives
-    # a slice's state and transition at the cost of its state updates.
+    # a slice's state and transition at the cost of its state updates;
+    # a chunkable layer the plan runs as a scan has no such pass.
     needs_gradient = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad
         for t in list(arguments) + [initial_state])
-    by_state_pass = device.type == 'cpu' and not needs_gradient
+    by_state_pass = (device.type == 'cpu' and not needs_gradient
+                     and layer.family != 'recurrent')
 
     def run(pieces, states, reads=True, transitions=False):
         """The output and final states of `pieces` (contiguous, of this

@@ -16,16 +16,17 @@ import torch.multiprocessing as mp
 import linac
 import linac.distributed
 import linac.torch
-from conftest import EXAMPLES
+from conftest import EXAMPLES, ROOT
 import test_layer
 from test_layer import SPECS, random_arguments
 
 # Families: an erase under a scalar gate, a key-vector gate with a
 # value-vector write, a normaliser, a decay on both sides; read before the
 # write with a bonus (RWKV-6), a key-vector gate with an erase (KDA), the
-# delta rule without a gate (DeltaNet).
+# delta rule without a gate (DeltaNet), a decay that may grow (chunkable,
+# but planned as a scan).
 LAYERS = ['scalar_delta', 'vector_gate', 'normalized', 'two_sided', 'rwkv6',
-          'kda', 'deltanet']
+          'kda', 'deltanet', 'growing_decay']
 # Shifts of the gate inputs that make each decay weak (a factor of about
 # 0.99 a token), so that a rank's transition carries the state across it:
 # these layers' and test_distributed_cuda.py's.
@@ -53,7 +54,10 @@ TOLERANCE = 2e-5
 def _compile(name, cache):
     if name in SPECS:
         return linac.compile(SPECS[name], cache=cache)
-    return linac.compile(os.path.join(EXAMPLES, name + '.mlir'), cache=cache)
+    path = os.path.join(EXAMPLES, name + '.mlir')
+    if not os.path.exists(path):
+        path = os.path.join(ROOT, 'tests', 'cpu', 'specs', name + '.mlir')
+    return linac.compile(path, cache=cache)
 
 
 def _arguments(layer, name, tokens, heads, rng):

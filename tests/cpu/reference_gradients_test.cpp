@@ -44,12 +44,16 @@ TEST_P(ReferenceGradients, MatchCentralDifferences) {
   c.initialState = true;
   reference::Problem problem = makeProblem(*package, dims, c).reference;
   // Every float on a grid of 2^-14 (all are below 2^9 in magnitude), so
-  // that a step of 2^-13 or 2^-12 either way moves each exactly.
-  constexpr float kGrid = 16384.0f;
+  // that a step of 2^-13 or 2^-12 either way moves each exactly; and none
+  // nearer zero than 2^-11, where abs or max(x, 0) of it has a kink that
+  // the steps would cross whatever their direction.
+  constexpr float kGrid = 16384.0f, kNearest = 1.0f / 2048;
   auto toGrid = [&](std::vector<float> &x) {
     for (float &e : x) {
       ASSERT_LT(std::fabs(e), 512.0f);
       e = std::nearbyint(e * kGrid) / kGrid;
+      if (std::fabs(e) < kNearest)
+        e = std::copysign(kNearest, e);
     }
   };
   for (reference::Tensor &tensor : problem.inputs)

@@ -139,13 +139,13 @@ def _check(layer, name, cu, tokens, seed, device):
     return errors
 
 
-def worker(rank, world, store_path, packages, queue, backend):
-    """Checks every package over every split on this rank, on the CPU with
-    gloo or on GPU `rank` with NCCL, and puts (rank, [(name, split, worst
-    quantity, its error)]) on `queue`."""
+def worker(rank, world, store_path, packages, queue, backend, gpus):
+    """Checks every package over every split on this rank, on the CPU when
+    `gpus` is 0, else on GPU `rank` mod `gpus`, and puts (rank, [(name,
+    split, worst quantity, its error)]) on `queue`."""
     device = 'cpu'
-    if backend == 'nccl':
-        device = f'cuda:{rank}'
+    if gpus:
+        device = f'cuda:{rank % gpus}'
         torch.cuda.set_device(device)
     # A collective one rank never joins fails in a minute, not in 30.
     dist.init_process_group(backend, init_method=f'file://{store_path}',
@@ -165,13 +165,14 @@ def worker(rank, world, store_path, packages, queue, backend):
         dist.destroy_process_group()
 
 
-def run_ranks(world, backend, packages, store_path, tolerance):
-    """Spawns `world` ranks of `worker` and fails with every quantity off by
-    `tolerance` or more."""
+def run_ranks(world, backend, packages, store_path, tolerance, gpus=0):
+    """Spawns `world` ranks of `worker` (on the CPU, or shared out over
+    `gpus` GPUs) and fails with every quantity off by `tolerance` or
+    more."""
     context = mp.get_context('spawn')
     queue = context.SimpleQueue()
     mp.start_processes(worker, args=(world, store_path, packages, queue,
-                                     backend),
+                                     backend, gpus),
                        nprocs=world, start_method='spawn')
     failures = []
     for _ in range(world):

@@ -88,9 +88,10 @@ template <int V, int U> Vec<V> valuesOf(const Vec<U> &d) {
   return values;
 }
 
-/// An argument's gradient added to its row.
-inline void addGradient(float *row, float d) { *row += d; }
-template <int N> void addGradient(float *row, const Vec<N> &d) {
+/// An argument's gradient added to its row: an input's in fp32, a
+/// parameter's (a sum over every token of a task) in fp64.
+template <typename T> void addGradient(T *row, float d) { *row += d; }
+template <typename T, int N> void addGradient(T *row, const Vec<N> &d) {
   for (int i = 0; i < N; ++i)
     row[i] += d[i];
 }

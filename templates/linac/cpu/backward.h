@@ -26,9 +26,10 @@
 // (compiler/lib/Codegen.cpp); docs/design.md gives the chunk's formulas.
 // Work is spread over (sequence, group of heads) tasks, a group the heads
 // that share a row of some input, so that no two tasks add to one input
-// row; each task adds its parameters' gradients into buffers of its own,
-// summed in task order at the end, so that the result does not depend on
-// the thread count.
+// row; each task adds its parameters' gradients into fp64 buffers of its
+// own (a sum over all its tokens, whose cancellation would magnify fp32's
+// rounding), summed in task order at the end, so that the result does not
+// depend on the thread count.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,7 +48,7 @@ namespace linac::cpu {
 /// task's).
 template <typename Layer> struct TokenGradients {
   const linac_cpu_backward_args &args;
-  float *const *paramGrads;
+  double *const *paramGrads;
   int64_t token;
   int64_t head;
 
@@ -57,7 +58,7 @@ template <typename Layer> struct TokenGradients {
     const int64_t h = Token<Layer>::groupHead(head, f.num_heads, heads);
     return args.input_grads[i] + (token * heads + h) * Layer::inputSize(i);
   }
-  float *param(int i) const {
+  double *param(int i) const {
     const linac_cpu_forward_args &f = args.forward;
     const int64_t h =
         Token<Layer>::groupHead(head, f.num_heads, f.param_heads[i]);
@@ -88,8 +89,8 @@ Vec<V + (N ? 1 : 0)> normalizeBackward(const Vec<V + (N ? 1 : 0)> &raw,
 }
 
 template <typename Layer>
-void headBackward(const linac_cpu_backward_args &args, float *const *paramGrads,
-                  int64_t seq, int64_t head) {
+void headBackward(const linac_cpu_backward_args &args,
+                  double *const *paramGrads, int64_t seq, int64_t head) {
   constexpr int K = Layer::K, V = Layer::V, C = Layer::kChunkSize;
   constexpr bool N = Layer::kNormalizer;
   constexpr int U = V + (N ? 1 : 0);
@@ -343,7 +344,7 @@ inline constexpr int kCheckpointTokens = 64;
 /// added to `args`' buffers and its parameters' to `paramGrads`.
 template <typename Layer>
 void stepHeadBackward(const linac_cpu_backward_args &args,
-                      float *const *paramGrads, int64_t seq, int64_t head) {
+                      double *const *paramGrads, int64_t seq, int64_t head) {
   constexpr int K = Layer::K, V = Layer::V, C = kCheckpointTokens;
   using HeadState = State<K, V, Layer::kNormalizer>;
   const linac_cpu_forward_args &forward = args.forward;
@@ -411,10 +412,10 @@ template <typename Layer> int backward(const linac_cpu_backward_args &args) {
   int64_t taskFloats = 0;
   for (int i = 0; i < Layer::kNumParams; ++i)
     taskFloats += paramFloats[i] = forward.param_heads[i] * Layer::paramSize(i);
-  std::vector<float> taskParams(size_t(tasks * taskFloats), 0.0f);
+  std::vector<double> taskParams(size_t(tasks * taskFloats), 0.0);
   forEachTask(tasks, forward.threads, [&](int64_t task) {
-    std::vector<float *> paramGrads(Layer::kNumParams);
-    float *next = taskParams.data() + task * taskFloats;
+    std::vector<double *> paramGrads(Layer::kNumParams);
+    double *next = taskParams.data() + task * taskFloats;
     for (int i = 0; i < Layer::kNumParams; ++i) {
       paramGrads[i] = next;
       next += paramFloats[i];
@@ -427,12 +428,13 @@ template <typename Layer> int backward(const linac_cpu_backward_args &args) {
       else
         stepHeadBackward<Layer>(args, paramGrads.data(), seq, head);
   });
-  for (int64_t task = 0; task < tasks; ++task) {
-    const float *from = taskParams.data() + task * taskFloats;
-    for (int i = 0; i < Layer::kNumParams; ++i)
-      for (int64_t x = 0; x < paramFloats[i]; ++x)
-        args.param_grads[i][x] += *from++;
-  }
+  for (int64_t task = 1; task < tasks; ++task)
+    for (int64_t x = 0; x < taskFloats; ++x)
+      taskParams[x] += taskParams[task * taskFloats + x];
+  const double *from = taskParams.data();
+  for (int i = 0; i < Layer::kNumParams; ++i)
+    for (int64_t x = 0; x < paramFloats[i]; ++x)
+      args.param_grads[i][x] += float(*from++);
   return 0;
 }
 

@@ -41,7 +41,7 @@
 // PHASED-SAME: block_threads = 512
 // PHASED-SAME: chunk_kernel = "lockstep"
 // PHASED-SAME: phased = "always", phased_block_threads = 256 : i64, phased_shared_memory = 192048 : i64, prepare_block_threads = 256 : i64, prepare_shared_memory = 105744 : i64, prepared_chunk_bytes = 79120 : i64
-// PHASED-SM80: error: chunk-kernel=phased: the phased kernel takes any key-side gate or none, without a normaliser, a value-side decay, the read after the write, K and V multiples of 16 with V at most 128, on sm_90a
+// PHASED-SM80: error: chunk-kernel=phased: the phased kernel takes any key-side gate or none, without a normaliser or a value-side decay, K and V multiples of 16 with V at most 128, on sm_90a
 
 !key = tensor<128xf32, #linac.key>
 !value = tensor<128xf32, #linac.value>

@@ -7,7 +7,8 @@
 # into OUT/KERNEL_NAME.linac for the pipelined, phased and lockstep
 # chunkwise kernels, and those of an erase under a key-vector gate and
 # those without an erase under no gate, a scalar one and a key-vector one,
-# and the specs named narrow_vector_gate*, for the phased and lockstep
+# those reading before the write with an erase and without, and the specs
+# named narrow_vector_gate*, for the phased and lockstep
 # ones, and those of an erase under a scalar gate or none at K of 64 or 128
 # and V of 128 for the warpgroup one (which by default leaves the batches cut
 # into segments to the phased kernels).
@@ -66,7 +67,9 @@ if [[ $target == sm_90a ]]; then
   done
   for spec in examples/kda.mlir examples/gdn2.mlir \
               examples/linear_attention.mlir examples/mamba2.mlir \
-              examples/gla.mlir tests/gpu/specs/narrow_vector_gate*.mlir; do
+              examples/gla.mlir examples/rwkv6.mlir \
+              tests/cpu/specs/read_order_chunkwise.mlir \
+              tests/gpu/specs/narrow_vector_gate*.mlir; do
     for kernel in phased lockstep; do
       compile "$spec" "${kernel}_$(basename "$spec" .mlir)" \
         --chunk-kernel=$kernel

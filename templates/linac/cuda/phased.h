@@ -57,10 +57,9 @@ template <typename Layer> LINAC_HOST_DEVICE constexpr int64_t preparedChunkBytes
 }
 
 template <typename Layer> LINAC_HOST_DEVICE constexpr void checkPhased() {
-  static_assert(!Layer::kNormalizer && !Layer::kValueDecay &&
-                    !Layer::kReadBefore,
+  static_assert(!Layer::kNormalizer && !Layer::kValueDecay,
                 "the phased kernels take a key-side gate or none, with an "
-                "erase or without");
+                "erase or without, reading after the write or before it");
   static_assert(Layer::K % 16 == 0 && Layer::V % 16 == 0 && Layer::K <= 128 &&
                     Layer::V <= 16 * kPipelineGroupWarps,
                 "a state warp holds 16 value columns of every key");

@@ -379,6 +379,16 @@ LINAC_DEVICE float warpSumsSpread(float (&x)[N], int &index) {
   return x[0];
 }
 
+/// The cumulative log-gate token i's query takes, of `lambda`'s: its own,
+/// or reading before the write the previous token's (0 at the first).
+template <typename Layer, typename Lambda>
+LINAC_DEVICE float queryLambda(Lambda lambda, int i) {
+  if constexpr (Layer::kReadBefore)
+    return i > 0 ? lambda(i - 1) : 0.0f;
+  else
+    return lambda(i);
+}
+
 /// The largest fall of any channel's log-gate over a chunk that the
 /// chunk's products may take through one reference, the fall's midpoint:
 /// every factor is then within e^(+-48), inside the range of bf16's and
@@ -399,6 +409,8 @@ inline constexpr float kMidpointFall = 96.0f;
 /// half's references, so that no factor exceeds 1 however strong the gates:
 /// q and e times e^(lambda_i - Lambda_h-1), k times e^(Lambda_h - lambda_j)
 /// (returns false). Also zeros P above the diagonal and A on and above it.
+/// Reading before the write, q takes lambda_i-1 for lambda_i (queryLambda)
+/// and P's diagonal is zero too.
 template <typename Layer, typename Layout>
 LINAC_DEVICE bool prepareHalf(const typename Layout::Buffer &buffer, int h,
                               int thread, const HalfGates<Layer::K> &gates,
@@ -451,18 +463,30 @@ LINAC_DEVICE bool prepareHalf(const typename Layout::Buffer &buffer, int h,
   auto row = [&](const __nv_bfloat16 *m, int t) {
     return WarpVec<K>::loadAligned(m + (first + t) * KS);
   };
+  // Reading before the write, token i's query's log-gates from the half's
+  // start: token i - 1's, zero at the half's first token.
+  auto queryGates = [&](int i, float(&row)[Slots]) {
+    gates.get(i > 0 ? i - 1 : 0, row);
+#pragma unroll
+    for (int s = 0; s < Slots; ++s)
+      row[s] = i > 0 ? row[s] : 0.0f;
+  };
   if (fall <= kMidpointFall) {
 #pragma unroll 1
     for (int i = 0; i < Half; ++i) {
-      float gi[Slots];
+      float gi[Slots], gq[Slots];
       gates.get(i, gi);
+      if constexpr (Layer::kReadBefore)
+        queryGates(i, gq);
       WarpVec<K> q = row(buffer.q(), i), k = row(buffer.k(), i),
                  e = Layer::kErase ? row(buffer.w(), i) : WarpVec<K>{};
 #pragma unroll
       for (int s = 0; s < Slots; ++s) {
         const float offset = before[s] + gi[s] - midpoint[s];
         const float gate = gateFactor(offset);
-        q.x[s] *= gate;
+        q.x[s] *= Layer::kReadBefore
+                      ? gateFactor(before[s] + gq[s] - midpoint[s])
+                      : gate;
         e.x[s] *= gate;
         k.x[s] *= gateFactor(-offset);
       }
@@ -481,8 +505,10 @@ LINAC_DEVICE bool prepareHalf(const typename Layout::Buffer &buffer, int h,
   constexpr int Sums = (Layer::kErase ? 2 : 1) * Half;
 #pragma unroll 1
   for (int i = Half - 1; i >= 0; --i) {
-    float gi[Slots];
+    float gi[Slots], gq[Slots];
     gates.get(i, gi);
+    if constexpr (Layer::kReadBefore)
+      queryGates(i, gq);
     WarpVec<K> q = row(buffer.q(), i),
                e = Layer::kErase ? row(buffer.w(), i) : WarpVec<K>{};
     float sums[Sums];
@@ -494,12 +520,14 @@ LINAC_DEVICE bool prepareHalf(const typename Layout::Buffer &buffer, int h,
 #pragma unroll
         for (int s = 0; s < Slots; ++s) {
           const float key = k.x[s] * gateFactor(gi[s] - gates.x[j][s]);
-          p += q.x[s] * key;
+          p += q.x[s] * (Layer::kReadBefore
+                             ? k.x[s] * gateFactor(gq[s] - gates.x[j][s])
+                             : key);
           if constexpr (Layer::kErase)
             a += e.x[s] * key;
         }
       }
-      sums[j] = p;
+      sums[j] = !Layer::kReadBefore || j < i ? p : 0.0f;
       if constexpr (Layer::kErase)
         sums[Half + j] = j < i ? a : 0.0f;
     }
@@ -516,7 +544,7 @@ LINAC_DEVICE bool prepareHalf(const typename Layout::Buffer &buffer, int h,
 #pragma unroll
     for (int s = 0; s < Slots; ++s) {
       const float gate = gateFactor(gi[s]);
-      q.x[s] *= gate;
+      q.x[s] *= Layer::kReadBefore ? gateFactor(gq[s]) : gate;
       e.x[s] *= gate;
       k.x[s] *= gateFactor(gates.x[Half - 1][s] - gi[s]);
     }
@@ -529,9 +557,10 @@ LINAC_DEVICE bool prepareHalf(const typename Layout::Buffer &buffer, int h,
 }
 
 /// P_ij = scale q_i.k_j e^(lambda(i) - lambda(j)) for j <= i (when
-/// `reads`), and A_ij = e_i.k_j e^(lambda(i) - lambda(j)) for j < i (with
-/// an erase), from the buffer's rows: one 16 x 16 block of either a task
-/// of warp p, those above the diagonal zero.
+/// `reads`; reading before the write, lambda(i - 1) for lambda(i) and j <
+/// i), and A_ij = e_i.k_j e^(lambda(i) - lambda(j)) for j < i (with an
+/// erase), from the buffer's rows: one 16 x 16 block of either a task of
+/// warp p, those above the diagonal zero.
 template <typename Layer, typename Layout, typename Lambda>
 LINAC_DEVICE void blockProducts(const typename Layout::Buffer &buffer, int p,
                                 float scale, bool reads, Lambda lambda) {
@@ -553,8 +582,10 @@ LINAC_DEVICE void blockProducts(const typename Layout::Buffer &buffer, int p,
         const int i = rows + accRow(r), j = keys + n * 8 + accCol(r);
         float x[2];
         for (int h = 0; h < 2; ++h) {
-          const bool kept = query ? j + h <= i : j + h < i;
-          x[h] = kept ? acc[n][r + h] * gateFactor(lambda(i) - lambda(j + h)) *
+          const bool kept =
+              query && !Layer::kReadBefore ? j + h <= i : j + h < i;
+          const float from = query ? queryLambda<Layer>(lambda, i) : lambda(i);
+          x[h] = kept ? acc[n][r + h] * gateFactor(from - lambda(j + h)) *
                             (query ? scale : 1.0f)
                       : 0.0f;
         }
@@ -868,7 +899,8 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
     // taken once.
     const float last = lambda(C - 1);
     for (int i = p; i < C; i += GroupWarps) {
-      const float queryFactor = gateFactor(lambda(i)) * scale,
+      const float queryFactor =
+                      gateFactor(queryLambda<Layer>(lambda, i)) * scale,
                   keyFactor = gateFactor(last - lambda(i));
       for (int d = 2 * laneId(); d < K; d += 64) {
         auto rescale = [&](__nv_bfloat16 *m, float factor) {

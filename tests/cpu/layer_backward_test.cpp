@@ -14,8 +14,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <random>
 
 namespace fs = std::filesystem;
@@ -88,15 +86,10 @@ double parameterToleranceOf(const Case &c) {
 /// least 1e-15.
 constexpr double kFloorNorm = 1e-15;
 
-/// ||got - want|| / ||want||, with ||want|| at least kFloorNorm.
+/// A gradient's relative error, against a norm of at least kFloorNorm.
 double gradientError(const std::vector<float> &got,
                      const std::vector<double> &want) {
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), kFloorNorm);
+  return relativeError(got, want, 0, want.size(), kFloorNorm);
 }
 
 void check(const Package &package, const Case &c) {

@@ -48,30 +48,30 @@ std::set<std::string> decayInputs(const nlohmann::json &step) {
 
 } // namespace
 
-/// Norms below 1e-30 count as 1e-30: fp32 cannot hold such values (a state
-/// decayed by exp(-100) is subnormal or zero).
+/// Norms below 1e-30 count as 1e-30 by default: fp32 cannot hold such
+/// values (a state decayed by exp(-100) is subnormal or zero).
 template <typename T>
 static double relativeErrorOf(const std::vector<T> &got,
                               const std::vector<double> &want, size_t first,
-                              size_t count) {
+                              size_t count, double leastNorm) {
   double diff = 0, norm = 0;
   for (size_t i = first; i < first + count; ++i) {
     diff += (got[i] - want[i]) * (got[i] - want[i]);
     norm += want[i] * want[i];
   }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+  return std::sqrt(diff) / std::max(std::sqrt(norm), leastNorm);
 }
 
 double relativeError(const std::vector<float> &got,
                      const std::vector<double> &want, size_t first,
-                     size_t count) {
-  return relativeErrorOf(got, want, first, count);
+                     size_t count, double leastNorm) {
+  return relativeErrorOf(got, want, first, count, leastNorm);
 }
 
 double relativeError(const std::vector<double> &got,
                      const std::vector<double> &want, size_t first,
-                     size_t count) {
-  return relativeErrorOf(got, want, first, count);
+                     size_t count, double leastNorm) {
+  return relativeErrorOf(got, want, first, count, leastNorm);
 }
 
 Seeds normalSeeds(const reference::Result &result, std::mt19937 &rng) {

@@ -74,13 +74,14 @@ struct Outcome {
   double milliseconds = 0;                ///< the package's forward pass
 };
 
-/// ||got - want|| / ||want|| over elements [first, first + count).
+/// ||got - want|| / ||want|| over elements [first, first + count), with
+/// ||want|| taken as at least `leastNorm`.
 double relativeError(const std::vector<float> &got,
                      const std::vector<double> &want, size_t first,
-                     size_t count);
+                     size_t count, double leastNorm = 1e-30);
 double relativeError(const std::vector<double> &got,
                      const std::vector<double> &want, size_t first,
-                     size_t count);
+                     size_t count, double leastNorm = 1e-30);
 
 /// Standard normal gradients of a problem's output and final state, sized
 /// as `result`'s: the seeds of a backward check.

@@ -14,6 +14,7 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -1022,6 +1023,35 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
   return out;
 }
 
+/// The inputs the chunkwise epilogue loads: those the output takes other
+/// than through the read, which the phased state block asks L2 for a chunk
+/// ahead.
+static std::vector<int64_t> epilogueInputs(LayerOp layer,
+                                           const NormalForm &form) {
+  std::vector<int64_t> inputs;
+  if (!form.read)
+    return inputs;
+  auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+  Value read = ReadOp(form.read).getOutput();
+  llvm::DenseSet<Value> seen;
+  SmallVector<Value> pending{yield.getOutput()};
+  auto layerInputs = layer.getInputs();
+  while (!pending.empty()) {
+    Value value = pending.pop_back_val();
+    if (value == read || !seen.insert(value).second)
+      continue;
+    if (Operation *op = value.getDefiningOp()) {
+      llvm::append_range(pending, op->getOperands());
+      continue;
+    }
+    auto input = llvm::find(layerInputs, value);
+    if (input != layerInputs.end())
+      inputs.push_back(std::distance(layerInputs.begin(), input));
+  }
+  llvm::sort(inputs);
+  return inputs;
+}
+
 FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
                                              const manifest::Plan &plan) {
   BodyEmitter emitter(layer, plan);
@@ -1057,7 +1087,7 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           "kDecodeParts = {};\n"
           "  static constexpr DecodeStaging kDecodeStaging = "
           "DecodeStaging::{};\n"
-          "  static constexpr bool kTensorOutput = {};\n{}{}{}",
+          "  static constexpr bool kTensorOutput = {};\n{}{}{}{}",
           gate.str(),
           plan.chunkKernel == manifest::ChunkKernel::Pipelined   ? "Pipelined"
           : plan.chunkKernel == manifest::ChunkKernel::Warpgroup ? "Warpgroup"
@@ -1068,7 +1098,10 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           plan.tensorOutput.value_or(false) ? "true" : "false",
           inputFlags("sharedInput", plan.sharedInputs),
           inputFlags("lateSharedInput", plan.lateSharedInputs),
-          inputFlags("tensorInput", plan.tensorInputs)));
+          inputFlags("tensorInput", plan.tensorInputs),
+          inputFlags("epilogueInput", recurrent ? std::nullopt
+                                                : std::optional(epilogueInputs(
+                                                      layer, emitter.form)))));
   // The functions run by the chunkwise kernels and by the scan, each set in
   // a struct nested in Layer.
   auto nested = [](StringRef name, const std::string &functions) {

@@ -73,6 +73,14 @@ template <typename Layer> struct UnstagedLayer : Layer {
   LINAC_HOST_DEVICE static constexpr bool lateSharedInput(int) { return false; }
 };
 
+/// Selects the inputs the generated epilogue loads, which the state block
+/// asks L2 for a chunk ahead.
+template <typename Layer> struct EpilogueInputs {
+  LINAC_HOST_DEVICE static constexpr bool holds(int i) {
+    return Layer::epilogueInput(i);
+  }
+};
+
 /// Where the prepared buffer of slot `slot` (geometry.h, preparedSlot) and
 /// `head` is in args.prepared.
 template <typename Layer>
@@ -242,6 +250,12 @@ LINAC_DEVICE void phasedChunks(const linac_cuda_forward_args &args,
     waitBarrier(&barriers[c % 2], unsigned(c / 2 % 2));
     if (work.logGates && threadIdx.x < Layer::K)
       logGate += buffer.logDecay()[channel];
+    if (work.reads && c + 1 < chunks) {
+      const int64_t next = work.begin + (c + 1) * C;
+      prefetchInputs<Layer, T, EpilogueInputs<Layer>>(
+          args, next, int(min(work.end - next, int64_t(C))), work.head,
+          threadIdx.x, 32 * Warps);
+    }
     if (live)
       advanceState<Layer, Layout>(st, buffer, column, work.reads,
                                   work.identityFrom < 0);

@@ -14,7 +14,6 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -1021,35 +1020,6 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
   if (emitter.failed)
     return failure();
   return out;
-}
-
-/// The inputs the chunkwise epilogue loads: those the output takes other
-/// than through the read, which the phased state block asks L2 for a chunk
-/// ahead.
-static std::vector<int64_t> epilogueInputs(LayerOp layer,
-                                           const NormalForm &form) {
-  std::vector<int64_t> inputs;
-  if (!form.read)
-    return inputs;
-  auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
-  Value read = ReadOp(form.read).getOutput();
-  llvm::DenseSet<Value> seen;
-  SmallVector<Value> pending{yield.getOutput()};
-  auto layerInputs = layer.getInputs();
-  while (!pending.empty()) {
-    Value value = pending.pop_back_val();
-    if (value == read || !seen.insert(value).second)
-      continue;
-    if (Operation *op = value.getDefiningOp()) {
-      llvm::append_range(pending, op->getOperands());
-      continue;
-    }
-    auto input = llvm::find(layerInputs, value);
-    if (input != layerInputs.end())
-      inputs.push_back(std::distance(layerInputs.begin(), input));
-  }
-  llvm::sort(inputs);
-  return inputs;
 }
 
 FailureOr<std::string> linac::emitCudaSource(LayerOp layer,

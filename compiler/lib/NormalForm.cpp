@@ -2,6 +2,7 @@
 
 #include "linac/Compiler/NormalForm.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -194,4 +195,30 @@ NormalForm linac::deriveNormalForm(LayerOp layer) {
                         : KeyDecay::Scalar;
   }
   return form;
+}
+
+std::vector<int64_t> linac::epilogueInputs(LayerOp layer,
+                                           const NormalForm &form) {
+  std::vector<int64_t> inputs;
+  if (!form.read)
+    return inputs;
+  auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+  Value read = ReadOp(form.read).getOutput();
+  llvm::DenseSet<Value> seen;
+  SmallVector<Value> pending{yield.getOutput()};
+  auto layerInputs = layer.getInputs();
+  while (!pending.empty()) {
+    Value value = pending.pop_back_val();
+    if (value == read || !seen.insert(value).second)
+      continue;
+    if (Operation *op = value.getDefiningOp()) {
+      llvm::append_range(pending, op->getOperands());
+      continue;
+    }
+    auto input = llvm::find(layerInputs, value);
+    if (input != layerInputs.end())
+      inputs.push_back(std::distance(layerInputs.begin(), input));
+  }
+  llvm::sort(inputs);
+  return inputs;
 }

@@ -363,8 +363,15 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     bool grouped = tiled && !form.readBefore;
     cuda::Gate gate = keyGate(form);
     int64_t pipelinedBytes = cuda::PipelineMap(keys, values).bytes;
-    cuda::PipelineMap phasedState(keys, values, cuda::PipelineBlock::State,
-                                  gate, erase);
+    // The phased state block stages the rows of the inputs its epilogue
+    // loads itself where they fit (a bonus's r, k and v: EpilogueRows in
+    // templates/linac/cuda/pipeline.h).
+    int64_t epilogueRowBytes = 0;
+    for (int64_t index : epilogueInputs(layer, form))
+      epilogueRowBytes +=
+          cuda::stagedRowBytes(elementsOf(layer.getInputs()[index].getType()));
+    cuda::PipelineMap phasedState = cuda::PipelineMap::phasedState(
+        keys, values, gate, erase, epilogueRowBytes, sharedMemoryLimit(target));
     cuda::PipelineMap prepare(keys, values, cuda::PipelineBlock::Prepare, gate,
                               erase);
     bool pipelined = grouped && erase && gate != cuda::Gate::Vector &&
@@ -418,14 +425,19 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
       // Beside the warpgroup kernel (with an erase) they take segments
       // only, as above.
       // Reading before the write, the lockstep kernel is the faster where
-      // the batch fills the GPU (on an H100, RWKV-6 1.11 against 1.21 ms
-      // at B8 T4096 H16, 2.00 against 1.67 at B1 T32768 in segments;
-      // bench/history/forward-chunkwise.md, version 30).
+      // the batch fills the GPU (on an H100, the read-order spec with an
+      // erase 0.828 against 0.896 ms at B8 T4096 H16; version 30), unless
+      // the phased state block stages an epilogue's inputs, which the
+      // lockstep kernel loads from global memory a token at a time
+      // (RWKV-6's bonus: 1.044 against 1.13 ms; version 32, both in
+      // bench/history/forward-chunkwise.md).
       bool cheapPrologue = !erase && gate != cuda::Gate::Vector;
-      plan.phased = chunkKernel == "phased" ? manifest::PhasedUse::Always
-                    : cheapPrologue || warpgroup || form.readBefore
-                        ? manifest::PhasedUse::Segmented
-                        : manifest::PhasedUse::ByShape;
+      bool stagedEpilogue = phasedState.barriers > phasedState.epilogueRows;
+      plan.phased =
+          chunkKernel == "phased" ? manifest::PhasedUse::Always
+          : cheapPrologue || warpgroup || (form.readBefore && !stagedEpilogue)
+              ? manifest::PhasedUse::Segmented
+              : manifest::PhasedUse::ByShape;
       plan.phasedBlockThreads = plan.prepareBlockThreads =
           cuda::kPhasedThreads;
       plan.phasedSharedMemory = phasedState.bytes;

@@ -156,19 +156,20 @@ enum class PipelineBlock { Pipelined, Prepare, State };
 struct PipelineMap {
   int C, K, V, KS, VS, PS, AS, OS, IS;
   int64_t lambda, logDecay, k, w, u, q, p, bufferBytes, a, inverses, scratch,
-      halfGates, o, barriers, bytes;
+      halfGates, o, epilogueRows, barriers, bytes;
 
   /// `gate` Vector: a gate per key channel (phased kernels only), whose
   /// chunk decay is a vector and whose preparing block keeps each half
   /// sub-chunk's total log-gates and their cumulative sums. Without an
   /// `erase` (phased kernels only) a buffer has no W and a preparing block
-  /// no triangular solve: Delta is U.
+  /// no triangular solve: Delta is U. A state block stages the rows of the
+  /// inputs its epilogue loads, `epilogueRowBytes` a token (phasedState).
   LINAC_GEOMETRY PipelineMap(int keys, int values,
                              PipelineBlock block = PipelineBlock::Pipelined,
-                             Gate gate = Gate::Scalar, bool erase = true)
+                             Gate gate = Gate::Scalar, bool erase = true,
+                             int64_t epilogueRowBytes = 0)
       : C(kChunkSize), K(keys), V(values), KS(K + 8), VS(V + 8), PS(C + 8),
-        AS(C + 4), OS(V + 4), IS(20), lambda(0),
-        logDecay(lambda + 4 * C),
+        AS(C + 4), OS(V + 4), IS(20), lambda(0), logDecay(lambda + 4 * C),
         k(logDecay + (gate == Gate::Vector ? 4 * K : 16)), w(k + 2 * C * KS),
         u(w + (erase ? 2 * C * KS : 0)), q(u + 2 * C * VS), p(q + 2 * C * KS),
         bufferBytes(p + 2 * C * PS),
@@ -177,20 +178,37 @@ struct PipelineMap {
         // then, in a block that prepares with an erase, fp32 T (C x AS),
         // the diagonal blocks' inverses (C x IS) and a 16 x 8 tile a
         // preparing warp; a key-vector gate's two K-vectors a half
-        // sub-chunk, the reads (C x OS) and two mbarriers.
+        // sub-chunk, the reads (C x OS), a state block's epilogue input
+        // rows and two mbarriers.
         a((block == PipelineBlock::Prepare ? 1 : 2) * bufferBytes),
         inverses(a + (block != PipelineBlock::State && erase ? 4 * C * AS : 0)),
         scratch(inverses +
                 (block != PipelineBlock::State && erase ? 4 * C * IS : 0)),
-        halfGates(scratch + (block != PipelineBlock::State && erase
-                                 ? 4 * kPipelineGroupWarps *
-                                       kPipelineScratchFloats
-                                 : 0)),
+        halfGates(scratch +
+                  (block != PipelineBlock::State && erase
+                       ? 4 * kPipelineGroupWarps * kPipelineScratchFloats
+                       : 0)),
         o(halfGates + (block != PipelineBlock::State && gate == Gate::Vector
                            ? 4 * 2 * (C / kHalfSubchunk) * K
                            : 0)),
-        barriers(o + (block != PipelineBlock::Prepare ? 4 * C * OS : 0)),
+        epilogueRows(o + (block != PipelineBlock::Prepare ? 4 * C * OS : 0)),
+        barriers(epilogueRows +
+                 (block == PipelineBlock::State ? C * epilogueRowBytes : 0)),
         bytes(barriers + (block == PipelineBlock::State ? 16 : 0)) {}
+
+  /// A phased state block's map: with the epilogue's input rows,
+  /// `epilogueRowBytes` a token, where they fit in `sharedBytes`; else
+  /// without, and the epilogue loads them from global memory.
+  LINAC_GEOMETRY static PipelineMap phasedState(int keys, int values, Gate gate,
+                                                bool erase,
+                                                int64_t epilogueRowBytes,
+                                                int64_t sharedBytes) {
+    PipelineMap staged(keys, values, PipelineBlock::State, gate, erase,
+                       epilogueRowBytes);
+    return staged.bytes <= sharedBytes
+               ? staged
+               : PipelineMap(keys, values, PipelineBlock::State, gate, erase);
+  }
 
   /// Bytes of a buffer's image a state block reads: with `values` (not a
   /// transition's identity) U', with `reads` Q and P too.

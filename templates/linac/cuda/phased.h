@@ -31,10 +31,7 @@ namespace linac::cuda {
 inline constexpr int kPrologueTokens = 2;
 
 template <typename Layer> constexpr size_t phasedSharedBytes() {
-  return size_t(
-      PipelineMap(Layer::K, Layer::V, PipelineBlock::State, Layer::kKeyGate,
-                  Layer::kErase)
-          .bytes);
+  return size_t(PipelineLayout<Layer, PipelineBlock::State>::kMap.bytes);
 }
 template <typename Layer> constexpr size_t prepareSharedBytes() {
   return size_t(
@@ -73,11 +70,13 @@ template <typename Layer> struct UnstagedLayer : Layer {
   LINAC_HOST_DEVICE static constexpr bool lateSharedInput(int) { return false; }
 };
 
-/// Selects the inputs the generated epilogue loads, which the state block
+/// Selects the inputs the generated epilogue loads from global memory (all
+/// but those in its rows when they are `Staged`), which the state block
 /// asks L2 for a chunk ahead.
-template <typename Layer> struct EpilogueInputs {
+template <typename Layer, bool Staged> struct UnstagedEpilogueInputs {
   LINAC_HOST_DEVICE static constexpr bool holds(int i) {
-    return Layer::epilogueInput(i);
+    return Layer::epilogueInput(i) &&
+           !(Staged && EpilogueRows<Layer>::holds(i));
   }
 };
 
@@ -250,11 +249,20 @@ LINAC_DEVICE void phasedChunks(const linac_cuda_forward_args &args,
     waitBarrier(&barriers[c % 2], unsigned(c / 2 % 2));
     if (work.logGates && threadIdx.x < Layer::K)
       logGate += buffer.logDecay()[channel];
-    if (work.reads && c + 1 < chunks) {
-      const int64_t next = work.begin + (c + 1) * C;
-      prefetchInputs<Layer, T, EpilogueInputs<Layer>>(
-          args, next, int(min(work.end - next, int64_t(C))), work.head,
-          threadIdx.x, 32 * Warps);
+    // The epilogue's inputs: this chunk's rows into each warp's while the
+    // state advances (the warp's previous epilogue is done with them), the
+    // next chunk's others asked of L2.
+    if (work.reads) {
+      const int64_t first = work.begin + c * C, next = first + C;
+      if constexpr (Layout::kStagedEpilogue)
+        EpilogueRows<Layer>::template copy<T>(
+            args, first, int(min(work.end - first, int64_t(C))), work.head,
+            warp, Layout::epilogueRows());
+      if (next < work.end)
+        prefetchInputs<Layer, T,
+                       UnstagedEpilogueInputs<Layer, Layout::kStagedEpilogue>>(
+            args, next, int(min(work.end - next, int64_t(C))), work.head,
+            threadIdx.x, 32 * Warps);
     }
     if (live)
       advanceState<Layer, Layout>(st, buffer, column, work.reads,
@@ -265,6 +273,8 @@ LINAC_DEVICE void phasedChunks(const linac_cuda_forward_args &args,
     if (threadIdx.x == 0 && c + 2 < chunks)
       load(c + 2);
     if (work.reads) {
+      if constexpr (Layout::kStagedEpilogue)
+        EpilogueRows<Layer>::wait();
       const int64_t left = work.end - work.begin - c * C;
       chunkEpilogue<Layer, T, Layout>(args, work, c, left < C ? int(left) : C,
                                       warp, Warps);

@@ -34,13 +34,34 @@ namespace linac::cuda {
 
 extern __shared__ __align__(16) char pipelineShared[];
 
+/// A layer as a phased state block stages the inputs its epilogue loads:
+/// those whose rows are whole 16-byte runs, each warp the rows of the
+/// tokens its epilogue takes (SharedInputRows).
+template <typename Layer> struct EpilogueStaging : Layer {
+  LINAC_HOST_DEVICE static constexpr bool sharedInput(int i) {
+    return Layer::epilogueInput(i) && stagedRowBytes(Layer::inputSize(i)) > 0;
+  }
+  LINAC_HOST_DEVICE static constexpr bool lateSharedInput(int) { return false; }
+};
+template <typename Layer>
+using EpilogueRows =
+    SharedInputRows<EpilogueStaging<Layer>, false, kPipelineGroupWarps>;
+
 /// The shared memory of a block that works on prepared chunk buffers
 /// (PipelineMap), addressed from the block's base each time, so that no
 /// pointer into it takes registers.
 template <typename Layer, PipelineBlock Block = PipelineBlock::Pipelined>
 struct PipelineLayout {
-  static constexpr PipelineMap kMap{Layer::K, Layer::V, Block,
-                                    Layer::kKeyGate, Layer::kErase};
+  static constexpr PipelineMap kMap =
+      Block == PipelineBlock::State
+          ? PipelineMap::phasedState(
+                Layer::K, Layer::V, Layer::kKeyGate, Layer::kErase,
+                EpilogueRows<Layer>::kBytes / Layer::kChunkSize,
+                kSm90aSharedMemory)
+          : PipelineMap(Layer::K, Layer::V, Block, Layer::kKeyGate,
+                        Layer::kErase);
+  /// Whether a state block stages its epilogue's input rows.
+  static constexpr bool kStagedEpilogue = kMap.barriers > kMap.epilogueRows;
   static constexpr int C = kMap.C, KS = kMap.KS, VS = kMap.VS, PS = kMap.PS,
                        AS = kMap.AS, OS = kMap.OS, IS = kMap.IS;
   static_assert(kMap.bytes <= kSm90aSharedMemory,
@@ -75,6 +96,9 @@ struct PipelineLayout {
     return at<float>(kMap.halfGates) + C / kHalfSubchunk * kMap.K;
   }
   LINAC_DEVICE static float *o() { return at<float>(kMap.o); }
+  LINAC_DEVICE static char *epilogueRows() {
+    return at<char>(kMap.epilogueRows);
+  }
   LINAC_DEVICE static uint64_t *barriers() { return at<uint64_t>(kMap.barriers); }
 };
 
@@ -1033,8 +1057,23 @@ LINAC_DEVICE void advanceState(StateTiles<Layer> &st,
                                     SharedColumns{buffer.k(), KS, 0});
 }
 
+/// A token whose staged epilogue inputs are read from their rows in
+/// shared memory (EpilogueRows), the rest from global memory.
+template <typename Layer, typename T> struct EpilogueToken : Token<Layer, T> {
+  const char *rows;
+  int row;
+  LINAC_DEVICE const T *input(int i) const {
+    using Rows = EpilogueRows<Layer>;
+    if (Rows::holds(i))
+      return reinterpret_cast<const T *>(rows + Rows::offset(i) +
+                                         row * Rows::rowBytes(i));
+    return Token<Layer, T>::input(i);
+  }
+};
+
 /// The generated epilogue of chunk c's reads (in the reads' memory), warp
-/// `warp` of `warps` a token.
+/// `warp` of `warps` a token; a state block that stages the epilogue's
+/// inputs has them in its rows.
 template <typename Layer, typename T, typename Layout>
 LINAC_DEVICE void chunkEpilogue(const linac_cuda_forward_args &args,
                                 const ChunkWork &work, int64_t c, int length,
@@ -1042,10 +1081,16 @@ LINAC_DEVICE void chunkEpilogue(const linac_cuda_forward_args &args,
   T *output = static_cast<T *>(args.output);
   for (int i = warp; i < length; i += warps) {
     const int64_t token = work.begin + c * Layout::C + i;
-    Layer::Chunk::epilogue(Token<Layer, T>{args, token, work.head},
-                           WarpVec<Layer::V>::load(Layout::o() + i * Layout::OS),
-                           output + (token * args.num_heads + work.head) *
-                                        Layer::V);
+    const Token<Layer, T> global{args, token, work.head};
+    const WarpVec<Layer::V> read =
+        WarpVec<Layer::V>::load(Layout::o() + i * Layout::OS);
+    T *out = output + (token * args.num_heads + work.head) * Layer::V;
+    if constexpr (Layout::kStagedEpilogue)
+      Layer::Chunk::epilogue(
+          EpilogueToken<Layer, T>{global, Layout::epilogueRows(), i}, read,
+          out);
+    else
+      Layer::Chunk::epilogue(global, read, out);
   }
 }
 

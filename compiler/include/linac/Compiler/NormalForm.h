@@ -58,6 +58,11 @@ NormalForm deriveNormalForm(LayerOp layer);
 /// parameters, the head index and constants.
 bool isPerHead(LayerOp layer, mlir::Value value);
 
+/// The inputs the output takes other than through the form's read, in
+/// order: those a chunkwise epilogue loads itself. None where the form
+/// found no read.
+std::vector<int64_t> epilogueInputs(LayerOp layer, const NormalForm &form);
+
 /// Elements one value of an input or parameter holds: a tensor's, or 1 for
 /// a scalar.
 int64_t elementsOf(mlir::Type type);

@@ -175,7 +175,7 @@ reference::Gradients chunkGradients(const reference::Problem &problem,
         linac::cpu::chunkBackward(
             chunkOf(c), entering[c].data(), dO.data(), dState.data(),
             {R, grads.data(), grads.data() + K, grads.data() + 2 * K + V,
-             grads.data() + 2 * K, dGate.data()});
+             grads.data() + 2 * K, dGate.data(), nullptr});
         for (int t = 0; t < kChunk; ++t) {
           const int64_t token = begin + c * kChunk + t;
           if (token >= end)

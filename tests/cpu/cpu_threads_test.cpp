@@ -105,8 +105,9 @@ void expectTiles(const std::vector<linac::cpu::SequencePiece> &pieces,
       EXPECT_EQ(piece.seq, int64_t(seq));
       EXPECT_EQ(piece.index, index);
       EXPECT_EQ(piece.begin, at);
-      if (!piece.last)
+      if (!piece.last) {
         EXPECT_EQ((piece.end - piece.begin) % chunkSize, 0);
+      }
       at = piece.end;
       if (piece.last) {
         ++p;

@@ -429,15 +429,14 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
       // erase 0.828 against 0.896 ms at B8 T4096 H16; version 30), unless
       // the phased state block stages an epilogue's inputs, which the
       // lockstep kernel loads from global memory a token at a time
-      // (RWKV-6's bonus: 1.044 against 1.13 ms; version 32, both in
+      // (RWKV-6's bonus: 1.044 against 1.125 ms; version 32, both in
       // bench/history/forward-chunkwise.md).
       bool cheapPrologue = !erase && gate != cuda::Gate::Vector;
-      bool stagedEpilogue = phasedState.barriers > phasedState.epilogueRows;
-      plan.phased =
-          chunkKernel == "phased" ? manifest::PhasedUse::Always
-          : cheapPrologue || warpgroup || (form.readBefore && !stagedEpilogue)
-              ? manifest::PhasedUse::Segmented
-              : manifest::PhasedUse::ByShape;
+      plan.phased = chunkKernel == "phased" ? manifest::PhasedUse::Always
+                    : cheapPrologue || warpgroup ||
+                            (form.readBefore && !phasedState.stagesEpilogue())
+                        ? manifest::PhasedUse::Segmented
+                        : manifest::PhasedUse::ByShape;
       plan.phasedBlockThreads = plan.prepareBlockThreads =
           cuda::kPhasedThreads;
       plan.phasedSharedMemory = phasedState.bytes;

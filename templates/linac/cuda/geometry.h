@@ -210,6 +210,9 @@ struct PipelineMap {
                : PipelineMap(keys, values, PipelineBlock::State, gate, erase);
   }
 
+  /// Whether a state block stages its epilogue's input rows.
+  LINAC_GEOMETRY bool stagesEpilogue() const { return barriers > epilogueRows; }
+
   /// Bytes of a buffer's image a state block reads: with `values` (not a
   /// transition's identity) U', with `reads` Q and P too.
   LINAC_GEOMETRY int64_t imageBytes(bool values, bool reads) const {

@@ -60,8 +60,7 @@ struct PipelineLayout {
                 kSm90aSharedMemory)
           : PipelineMap(Layer::K, Layer::V, Block, Layer::kKeyGate,
                         Layer::kErase);
-  /// Whether a state block stages its epilogue's input rows.
-  static constexpr bool kStagedEpilogue = kMap.barriers > kMap.epilogueRows;
+  static constexpr bool kStagedEpilogue = kMap.stagesEpilogue();
   static constexpr int C = kMap.C, KS = kMap.KS, VS = kMap.VS, PS = kMap.PS,
                        AS = kMap.AS, OS = kMap.OS, IS = kMap.IS;
   static_assert(kMap.bytes <= kSm90aSharedMemory,

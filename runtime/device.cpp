@@ -362,11 +362,13 @@ void Package::forwardSegments(const CudaKernel &kernel, CUctx_st *context,
   // stream's order so that they live exactly as long as the passes.
   const size_t stateBytes =
       sizeof(float) * size_t(count * heads * keyDim_ * stateColumns());
-  // A transition is K x K with an erase, else K total log-gates (unused
-  // without a gate).
+  // A transition is K x K with an erase, else the total log-gates of the
+  // key channels and the columns (unused without a gate).
   const size_t transitionBytes =
-      sizeof(float) * size_t(count * heads * keyDim_ *
-                             (transitionBlocks_ > 0 ? keyDim_ : 1));
+      sizeof(float) *
+      size_t(count * heads *
+             cuda::transitionFloats(int(keyDim_), int(stateColumns()),
+                                    transitionBlocks_ > 0));
   cuda::keepPoolMemory(context);
   cuda::StreamBuffer table(segments.data(),
                            segments.size() * sizeof(linac_cuda_segment), stream);

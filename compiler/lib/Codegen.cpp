@@ -853,7 +853,7 @@ std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
   } else {
     line(fmt::format("out.gk = {};", sumOf(form.keyGates, true)));
   }
-  if (!flavor.scalarKeyGate)
+  if (!flavor.scalarKeyGate || form.valueDecay)
     line(fmt::format("out.gv = {};", sumOf(form.valueGates, false)));
   if (Value e = form.eraseStrength)
     line(fmt::format("out.e = {};", scaled(e, "out.k", true)));
@@ -1081,14 +1081,16 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
     return text + "  };\n";
   };
   if (!recurrent)
-    out += nested("Chunk",
-           emitter.chunkFunctions(
-               kWarpFlavor,
-               "template <typename Token> LINAC_DEVICE static void "
-               "prologue(const Token &token, ChunkOperands<K, V, kKeyGate> &out)",
-               "template <typename Token, typename Out> LINAC_DEVICE static "
-               "void epilogue(const Token &token, const WarpVec<V> &read, "
-               "Out *out)"));
+    out += nested(
+        "Chunk",
+        emitter.chunkFunctions(
+            kWarpFlavor,
+            "template <typename Token> LINAC_DEVICE static void "
+            "prologue(const Token &token, ChunkOperands<K, V, kKeyGate, "
+            "kValueDecay> &out)",
+            "template <typename Token, typename Out> LINAC_DEVICE static "
+            "void epilogue(const Token &token, const WarpVec<V> &read, "
+            "Out *out)"));
   StringRef stepSignature =
       "template <typename Token, typename State, typename Out> "
       "LINAC_DEVICE static void step(const Token &token, "

@@ -46,6 +46,7 @@ cuda::ChunkShape chunkShape(LayerOp layer, const NormalForm &form) {
   shape.normalizer = state.getNormalized();
   shape.erase = form.erase != Strength::None;
   shape.gate = keyGate(form);
+  shape.valueDecay = form.valueDecay;
   for (BlockArgument param : layer.getParams())
     shape.paramBytes += cuda::paramBytes(elementsOf(param.getType()));
   return shape;
@@ -279,8 +280,9 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
         cuda::scanThreads(int(valueDim), form.normalizer);
   }
   // Why a chunkable body still runs as a scan on GPUs: the chunkwise kernel
-  // keeps a head's whole state in one block's registers and takes gate
-  // factors on the key side only.
+  // keeps a head's whole state in one block's registers, and takes a
+  // value-side decay only without an erase (whose triangular system would
+  // differ for every column).
   constexpr int64_t kChunkSize = cuda::kChunkSize;
   std::string scanReason;
   int64_t sharedBytes = 0;
@@ -290,8 +292,8 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     scanReason = "a decay marked may_grow";
   else if (gpu && form.chunkable) {
     sharedBytes = cuda::ChunkMap(chunkShape(layer, form)).bytes;
-    if (form.valueDecay)
-      scanReason = "value-side decay";
+    if (form.valueDecay && form.erase != Strength::None)
+      scanReason = "value-side decay with an erase";
     else if (state.getKeyDim() > cuda::kMaxChunkDim ||
              valueDim > cuda::kMaxChunkDim)
       scanReason = llvm::formatv("dimensions above {0}", cuda::kMaxChunkDim);
@@ -358,7 +360,7 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     // short: the phased kernels' preparing block scales them so, while the
     // pipelined and warpgroup kernels' steps assume the read after it.
     bool tiled = target == manifest::Target::Sm90a && !form.normalizer &&
-                 keys % 16 == 0 && values % 16 == 0 &&
+                 !form.valueDecay && keys % 16 == 0 && values % 16 == 0 &&
                  values <= 16 * cuda::kPipelineGroupWarps;
     bool grouped = tiled && !form.readBefore;
     cuda::Gate gate = keyGate(form);

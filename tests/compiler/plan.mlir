@@ -48,10 +48,13 @@ linac.layer @matrix(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %G : 
   linac.yield %S2, %o : !state, !value
 }
 
-// A value-side decay, or dimensions the tensor-core kernel does not tile,
-// run as the recurrent scan on GPUs (the CPU stays chunkwise).
+// A value-side decay runs chunkwise: its cumulative log-gates take C x
+// (V + 4) floats of shared memory beside the key side's; the pairs inside
+// a sub-chunk of 16 take their column factors one by one.
 // SM90: linac.layer @value_decay
-// SM90-SAME: linac.plan = {block_threads = 32 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "recurrent", recurrent_reason = "value-side decay", scan_block_threads = 32 : i64, target = "sm_90a"}
+// SM90-SAME: linac.plan = {block_threads = 512 : i64, chunk_kernel = "lockstep", chunk_size = 64 : i64, chunkwise_float16 = true, compose_block_threads = 512 : i64, compose_shared_memory = 0 : i64, decode_block_threads = 512 : i64, decode_key_rows = "whole", decode_parts = 1 : i64, decode_placement = "body_order", decode_shared_memory = 26112 : i64, decode_stages = 3 : i64, decode_staging = "bulk", decode_state_layout = "key_major", decode_warps = 16 : i64, family = "chunkwise", gate_numerics = "subchunk", late_shared_inputs = array<i64>, scan_block_threads = 32 : i64, shared_inputs = array<i64: 0, 1, 2, 3>, shared_memory = 89344 : i64, subchunk_size = 16 : i64, target = "sm_90a", transition_blocks = 0 : i64}
+// SM80: linac.layer @value_decay
+// SM80-SAME: family = "chunkwise"
 linac.layer @value_decay(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %h : !value) {
   %h_zero = arith.constant dense<0.0> : !value
   %h_le0 = arith.minimumf %h, %h_zero : !value
@@ -59,6 +62,21 @@ linac.layer @value_decay(%S : !state) inputs(%q : !key, %k : !key, %v : !value, 
   %S2 = linac.write %S1, %k, %v : !state, !key, !value
   %o = linac.read %S2, %q : !state, !key -> !value
   linac.yield %S2, %o : !state, !value
+}
+
+// With an erase, whose triangular system would differ for every column, a
+// value-side decay runs the recurrent scan on GPUs (the CPU stays
+// chunkwise).
+// SM90: linac.layer @value_decay_erase
+// SM90-SAME: family = "recurrent", recurrent_reason = "value-side decay with an erase"
+linac.layer @value_decay_erase(%S : !state) inputs(%q : !key, %k : !key, %v : !value, %h : !value, %b : f32) {
+  %h_zero = arith.constant dense<0.0> : !value
+  %h_le0 = arith.minimumf %h, %h_zero : !value
+  %S1 = linac.decay %S value(%h_le0 : !value) : !state
+  %S2 = linac.erase %S1, %k strength(%b : f32) : !state, !key
+  %S3 = linac.write %S2, %k, %v : !state, !key, !value
+  %o = linac.read %S3, %q : !state, !key -> !value
+  linac.yield %S3, %o : !state, !value
 }
 
 // K and V that are not multiples of 16 run chunkwise, padded to 32 x 48 in

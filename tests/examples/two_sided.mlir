@@ -21,4 +21,4 @@
 // CUDA-NEXT: {
 // CUDA-NEXT: "block_threads":
 // CUDA-NEXT: "dtype":
-// CUDA-NEXT: "entry": "linac_scan_float32"
+// CUDA-NEXT: "entry": "linac_chunk_bfloat16"

@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 8
+#define LINAC_CUDA_ABI_VERSION 9
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
 
@@ -93,7 +93,8 @@ typedef struct linac_cuda_forward_args {
   /* Segments (device, num_segments of them) and their workspace; with
    * pass LINAC_CUDA_WHOLE unused. segment_states: [num_segments, H, K,
    * columns]; segment_transitions: with an erase [num_segments, H, K, K],
-   * with a key gate and no erase [num_segments, H, K] total log-gates. */
+   * without [num_segments, H, K + columns] total log-gates, the key
+   * channels' and then the columns' (geometry.h's transitionFloats). */
   int32_t segment_pass;
   int64_t num_segments;
   const linac_cuda_segment *segments;

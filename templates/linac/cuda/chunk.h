@@ -49,11 +49,20 @@ LINAC_DEVICE NormalizedValue<V> appendNormalizer(const WarpVec<V> &u,
   return {u, Normalized ? weight : 0.0f};
 }
 
-template <int K, int V, Gate G> struct ChunkOperands {
+/// Stands for an operand the layer has none of.
+struct NoOperand {};
+
+template <int K, int V, Gate G, bool ValueDecay = false> struct ChunkOperands {
   WarpVec<K> q, k, e;
   std::conditional_t<G == Gate::Vector, WarpVec<K>, float> gk;
+  std::conditional_t<ValueDecay, WarpVec<V>, NoOperand> gv;
   NormalizedValue<V> u;
 };
+
+/// The operands the generated prologue of Layer fills, at the kernel's
+/// (padded) K and V.
+template <typename Layer, int K = Layer::K, int V = Layer::V>
+using LayerOperands = ChunkOperands<K, V, Layer::kKeyGate, Layer::kValueDecay>;
 
 /// The inputs the plan stages in shared memory (rows of whole 16-byte runs
 /// of 16-bit activations), each input's C token rows together. Each warp
@@ -550,7 +559,7 @@ template <int Tiles> LINAC_DEVICE void zero(float (&acc)[Tiles][4]) {
 template <typename Layer> struct ChunkLayout {
   static constexpr ChunkMap kMap{ChunkShape{
       Layer::K, Layer::V, Layer::kNormalizer, Layer::kErase, Layer::kKeyGate,
-      SharedInputRows<Layer>::kBytes / Layer::kChunkSize,
+      Layer::kValueDecay, SharedInputRows<Layer>::kBytes / Layer::kChunkSize,
       ChunkParams<Layer>::kBytes}};
   static constexpr int C = kMap.C, K = kMap.K, V = kMap.V, U = kMap.U;
   static constexpr int KS = kMap.KS, DS = kMap.DS, US = kMap.US, AS = kMap.AS,
@@ -565,7 +574,8 @@ template <typename Layer> struct ChunkLayout {
                 "the chunk's working set exceeds shared memory");
 
   __nv_bfloat16 *q, *k, *e, *state, *delta;
-  float *values, *p, *a, *gates, *stateNormalizer, *weights, *inverses;
+  float *values, *p, *a, *gates, *stateNormalizer, *weights, *inverses,
+      *valueGates;
   char *inputRows, *lateInputRows, *params;
 
   LINAC_DEVICE explicit ChunkLayout(char *base)
@@ -581,6 +591,7 @@ template <typename Layer> struct ChunkLayout {
         stateNormalizer(reinterpret_cast<float *>(base + kMap.stateNormalizer)),
         weights(reinterpret_cast<float *>(base + kMap.weights)),
         inverses(reinterpret_cast<float *>(base + kMap.inverses)),
+        valueGates(reinterpret_cast<float *>(base + kMap.valueGates)),
         inputRows(base + kMap.inputRows), lateInputRows(base + kMap.lateRows),
         params(base + kMap.params) {}
 
@@ -596,6 +607,17 @@ template <typename Layer> struct ChunkLayout {
   /// The log-gate the query of token i sees.
   LINAC_DEVICE float lambdaQ(int i, int d) const {
     return lambda(Layer::kReadBefore ? i - 1 : i, d);
+  }
+  /// Cumulative value-side log-gate of token i at column j; 0 before the
+  /// chunk and without a value-side decay.
+  LINAC_DEVICE float psi(int i, int j) const {
+    if constexpr (!Layer::kValueDecay)
+      return 0.0f;
+    return i < 0 ? 0.0f : valueGates[i * US + j];
+  }
+  /// The value-side log-gate the query of token i sees.
+  LINAC_DEVICE float psiQ(int i, int j) const {
+    return psi(Layer::kReadBefore ? i - 1 : i, j);
   }
   LINAC_DEVICE static float at(const __nv_bfloat16 *m, int stride, int row,
                                int col) {
@@ -649,8 +671,8 @@ template <typename Layer> struct PaddedLayer : Layer {
   struct Chunk {
     template <typename Token>
     LINAC_DEVICE static void prologue(const Token &token,
-                                      ChunkOperands<K, V, Layer::kKeyGate> &out) {
-      ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops;
+                                      LayerOperands<Layer, K, V> &out) {
+      LayerOperands<Layer> ops;
       Layer::Chunk::prologue(token, ops);
       out.q = resized<K>(ops.q);
       out.k = resized<K>(ops.k);
@@ -659,6 +681,8 @@ template <typename Layer> struct PaddedLayer : Layer {
         out.gk = resized<K>(ops.gk);
       else
         out.gk = ops.gk;
+      if constexpr (Layer::kValueDecay)
+        out.gv = resized<V>(ops.gv);
       out.u = {resized<V>(ops.u.u), ops.u.weight};
     }
     template <typename Token, typename Out>
@@ -772,8 +796,9 @@ LINAC_DEVICE bool chunkWork(const linac_cuda_forward_args &args,
   const int64_t slot = s * args.num_heads + work.head;
   if (blockIdx.z == 0) {
     work.final = segmentState<Layer>(args, s, work.head);
-    if (!Layer::kErase && Layer::kKeyGate != Gate::None)
-      work.logGates = args.segment_transitions + slot * K;
+    if (!Layer::kErase && (Layer::kKeyGate != Gate::None || Layer::kValueDecay))
+      work.logGates = args.segment_transitions +
+                      slot * transitionFloats(K, stateColumns<Layer>(), false);
     return true;
   }
   work.identityFrom = (blockIdx.z - 1) * V;
@@ -794,8 +819,11 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
   // Each half of the warps takes HalfTiles value tiles (the second half one
   // fewer when their number is odd).
   constexpr int HalfTiles = (ValueTiles + 1) / 2;
-  constexpr bool kErase = Layer::kErase, kNormalizer = Layer::kNormalizer;
+  constexpr bool kErase = Layer::kErase, kNormalizer = Layer::kNormalizer,
+                 kValueDecay = Layer::kValueDecay;
   constexpr Gate G = Layer::kKeyGate;
+  static_assert(!kValueDecay || !kErase,
+                "an erase under a value-side decay takes the scan");
   // The reads and the erase residual split the value tiles into ReadParts.
   constexpr int ReadParts = G == Gate::Vector ? 2 : 4;
   constexpr int PartTiles = (ValueTiles + ReadParts - 1) / ReadParts;
@@ -842,8 +870,10 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
         x = work.initial[row * stateColumns<Layer>() + at];
       state[n][r] = stateWarp && n < tiles ? x : 0.0f;
     }
-  // Each state warp's two rows' total log-gates, for work.logGates.
+  // Each state warp's two rows' total log-gates, and thread j's column's
+  // under a value-side decay, for work.logGates.
   float logGates[2] = {0.0f, 0.0f};
+  float columnLogGate = 0.0f;
   // Accumulators r and r + 1 are neighbouring columns of one row: a pair
   // a store.
   auto publishState = [&] {
@@ -893,7 +923,7 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
     // 1. Prologue: token operands into shared memory, zeros past the end.
     Rows::wait();
     for (int i = warpIndex; i < C; i += kChunkWarps) {
-      ChunkOperands<K, V, G> ops;
+      LayerOperands<Layer, K, V> ops;
       if (i < L) {
         StagedInputs<Layer, T> current = next;
         if (i + kChunkWarps < L)
@@ -911,6 +941,8 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
           ops.gk = WarpVec<K>::splat(0.0f);
         else
           ops.gk = 0.0f;
+        if constexpr (kValueDecay)
+          ops.gv = WarpVec<V>::splat(0.0f);
       }
       ops.q.storeAligned(s.q + i * KS);
       ops.k.storeAligned(s.k + i * KS);
@@ -924,6 +956,9 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
       if constexpr (G == Gate::Scalar)
         if (laneId() == 0)
           s.gates[i] = floorLogGate(ops.gk);
+      if constexpr (kValueDecay)
+        ops.gv.map([](float g) { return floorLogGate(g); })
+            .storeAligned(s.valueGates + i * US);
       // Without an erase Delta is U, stored as the products read it.
       if constexpr (kErase)
         ops.u.u.storeAligned(s.values + i * US);
@@ -957,18 +992,17 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
       publishState();
 
     // 2. Cumulative log-gates.
-    if constexpr (G == Gate::Vector) {
-      // Four lanes a channel, each summing a run of 16 tokens, then adding
-      // the runs before its own.
+    // Four lanes a channel, each summing a run of 16 tokens, then adding
+    // the runs before its own.
+    auto cumulate = [&](float *gates, int stride, int channels) {
       constexpr int Runs = 4, RunLength = C / Runs;
-      static_assert(K * Runs % 32 == 0, "whole warps take the channels");
-      for (int t = threadIdx.x; t < K * Runs; t += blockDim.x) {
+      for (int t = threadIdx.x; t < channels * Runs; t += blockDim.x) {
         const int d = t / Runs, run = t % Runs;
-        float *column = s.gates + run * RunLength * KS + d;
+        float *column = gates + run * RunLength * stride + d;
         float x[RunLength];
 #pragma unroll
         for (int i = 0; i < RunLength; ++i)
-          x[i] = column[i * KS];
+          x[i] = column[i * stride];
         float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < RunLength; ++i)
@@ -983,8 +1017,14 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
         const float before = inclusive - sum;
 #pragma unroll
         for (int i = 0; i < RunLength; ++i)
-          column[i * KS] = x[i] + before;
+          column[i * stride] = x[i] + before;
       }
+    };
+    static_assert(K % 8 == 0 && V % 8 == 0, "whole warps take the channels");
+    if constexpr (kValueDecay)
+      cumulate(s.valueGates, US, V);
+    if constexpr (G == Gate::Vector) {
+      cumulate(s.gates, KS, K);
     } else if constexpr (G == Gate::Scalar) {
       // Warp 0 scans: two tokens per lane, then across lanes.
       if (warpIndex == 0) {
@@ -1004,7 +1044,7 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
         s.gates[C + 2 * lane + 1] = __expf(last - inclusive);
       }
     }
-    if constexpr (G != Gate::None)
+    if constexpr (G != Gate::None || kValueDecay)
       __syncthreads();
 
     // 3. The erase residual R = U - (E (.) Lambda) S0. This and the reads in
@@ -1044,6 +1084,9 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
           float factor = query ? scale : 1.0f;
           if constexpr (G == Gate::Scalar)
             factor *= __expf(decay(readRows + accRow(r), 0));
+          if constexpr (kValueDecay)
+            factor *= __expf(
+                s.psiQ(readRows + accRow(r), readColumns + n * 8 + accCol(r)));
           acc[n][r] *= factor;
         }
     };
@@ -1297,14 +1340,64 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
     if (reads && work.reads) {
       float out[PartTiles][4];
       stateProduct(out, s.q, true);
-      warpProduct<PartTiles, ChunkSteps>(
-          out,
-          [&](int r, int j) {
-            const float *row = s.p + (readRows + r) * AS + j;
-            return packPair(row[0], row[1]);
-          },
-          SharedColumns{s.delta, DS, readColumns}, readRows / 16 + 1,
-          readTiles);
+      auto pRows = [&](int r, int j) {
+        const float *row = s.p + (readRows + r) * AS + j;
+        return packPair(row[0], row[1]);
+      };
+      if constexpr (kValueDecay) {
+        // Each pair (i, j) takes column c's factor e^(psiQ_i - psi_j). The
+        // sub-chunks before the warp's rows go through the log-gate at the
+        // end of the previous one (both factors at most 1); pairs inside
+        // its own are taken one by one, P's zeros above the diagonal
+        // masking the exponents clamped to 0 there.
+        // Two tiles at a time, so that few accumulators are live beside
+        // `out` (all of them at once spilled).
+        const int ref = readRows - 1;
+        constexpr int Group = PartTiles % 2 == 0 ? 2 : 1;
+#pragma unroll
+        for (int g = 0; g < PartTiles; g += Group) {
+          if (readRows == 0 || g >= readTiles)
+            break;
+          float across[Group][4];
+          zero(across);
+          warpProduct<Group, ChunkSteps>(
+              across, pRows,
+              [&](int j, int col) {
+                const int c = readColumns + g * 8 + col;
+                const float end = s.psi(ref, c);
+                return packPair(Layout::at(s.delta, DS, j, c) *
+                                    __expf(end - s.psi(j, c)),
+                                Layout::at(s.delta, DS, j + 1, c) *
+                                    __expf(end - s.psi(j + 1, c)));
+              },
+              readRows / 16, readTiles - g);
+#pragma unroll
+          for (int n = 0; n < Group; ++n)
+            for (int r = 0; r < 4; ++r) {
+              const int i = readRows + accRow(r),
+                        c = readColumns + (g + n) * 8 + accCol(r);
+              out[g + n][r] +=
+                  across[n][r] * __expf(s.psiQ(i, c) - s.psi(ref, c));
+            }
+        }
+        for (int n = 0; n < readTiles; ++n)
+          for (int r = 0; r < 4; ++r) {
+            const int i = readRows + accRow(r),
+                      c = readColumns + n * 8 + accCol(r);
+            const float top = s.psiQ(i, c);
+            float sum = 0.0f;
+#pragma unroll
+            for (int t = 0; t < 16; ++t) {
+              const int j = readRows + t;
+              sum += s.p[i * AS + j] * __expf(fminf(top - s.psi(j, c), 0.0f)) *
+                     Layout::at(s.delta, DS, j, c);
+            }
+            out[n][r] += sum;
+          }
+      } else
+        warpProduct<PartTiles, ChunkSteps>(
+            out, pRows, SharedColumns{s.delta, DS, readColumns},
+            readRows / 16 + 1, readTiles);
       for (int n = 0; n < readTiles; ++n)
         for (int r = 0; r < 4; ++r)
           s.values[(readRows + accRow(r)) * US + readColumns + n * 8 +
@@ -1344,40 +1437,60 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
           s.values[i * US + V] = sum;
       }
     }
+    constexpr int last = C - 1;
     if (stateWarp) {
       float update[HalfTiles][4];
       zero(update);
-      constexpr int last = C - 1;
-      const SharedColumns delta{s.delta, DS, columnBase};
       const SharedColumns keys{s.k, KS, stateRow};
-      if constexpr (G == Gate::None)
-        warpProduct<HalfTiles, ChunkSteps>(update, keys, delta, ChunkSteps,
-                                           tiles);
-      else if constexpr (G == Gate::Scalar)
-        warpProduct<HalfTiles, ChunkSteps>(
-            update, ScaledSharedColumns{keys, s.gates + C}, delta, ChunkSteps,
-            tiles);
+      // Delta's rows, under a value-side decay each column's scaled by its
+      // factor to the chunk's end.
+      auto advance = [&](const auto &delta) {
+        if constexpr (G == Gate::None)
+          warpProduct<HalfTiles, ChunkSteps>(update, keys, delta, ChunkSteps,
+                                             tiles);
+        else if constexpr (G == Gate::Scalar)
+          warpProduct<HalfTiles, ChunkSteps>(
+              update, ScaledSharedColumns{keys, s.gates + C}, delta, ChunkSteps,
+              tiles);
+        else
+          warpProduct<HalfTiles, ChunkSteps>(
+              update,
+              [&](int r, int j) {
+                int d = stateRow + r;
+                float end = s.lambda(last, d);
+                return packPair(Layout::at(s.k, KS, j, d) *
+                                    __expf(end - s.lambda(j, d)),
+                                Layout::at(s.k, KS, j + 1, d) *
+                                    __expf(end - s.lambda(j + 1, d)));
+              },
+              delta, ChunkSteps, tiles);
+      };
+      if constexpr (kValueDecay)
+        advance([&](int j, int col) {
+          const int c = columnBase + col;
+          const float end = s.psi(last, c);
+          return packPair(Layout::at(s.delta, DS, j, c) *
+                              __expf(end - s.psi(j, c)),
+                          Layout::at(s.delta, DS, j + 1, c) *
+                              __expf(end - s.psi(j + 1, c)));
+        });
       else
-        warpProduct<HalfTiles, ChunkSteps>(
-            update,
-            [&](int r, int j) {
-              int d = stateRow + r;
-              float end = s.lambda(last, d);
-              return packPair(Layout::at(s.k, KS, j, d) *
-                                  __expf(end - s.lambda(j, d)),
-                              Layout::at(s.k, KS, j + 1, d) *
-                                  __expf(end - s.lambda(j + 1, d)));
-            },
-            delta, ChunkSteps, tiles);
+        advance(SharedColumns{s.delta, DS, columnBase});
       for (int n = 0; n < tiles; ++n)
         for (int r = 0; r < 4; ++r) {
           int d = stateRow + accRow(r);
-          state[n][r] = state[n][r] * __expf(s.lambda(last, d)) + update[n][r];
+          float carry = __expf(s.lambda(last, d));
+          if constexpr (kValueDecay)
+            carry *= __expf(s.psi(last, columnBase + n * 8 + accCol(r)));
+          state[n][r] = state[n][r] * carry + update[n][r];
         }
       if constexpr (G != Gate::None)
         for (int h = 0; h < 2; ++h)
           logGates[h] += s.lambda(last, stateRow + accRow(2 * h));
     }
+    if constexpr (kValueDecay)
+      if (threadIdx.x < V)
+        columnLogGate += s.psi(last, threadIdx.x);
     __syncthreads();
     if (start + C < end)
       LateRows::template copy<T>(args, start + C, chunkLength(start + C), head,
@@ -1410,6 +1523,9 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
     for (int h = 0; h < 2; ++h)
       if (stateRow + accRow(2 * h) < Layer::K)
         work.logGates[stateRow + accRow(2 * h)] = logGates[h];
+  if constexpr (kValueDecay)
+    if (work.logGates && threadIdx.x < Layer::V)
+      work.logGates[Layer::K + threadIdx.x] = columnLogGate;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1487,14 +1603,20 @@ LINAC_DEVICE void segmentComposeKernel(const linac_cuda_forward_args &args) {
           if (rows + i < K && firstColumn + cols + j < Columns)
             after[(rows + i) * Columns + firstColumn + cols + j] += acc[i][j];
     } else {
+      // Each key channel's total log-gate, then each column's.
+      const float *logGates =
+          args.segment_transitions + slot * transitionFloats(K, Columns, false);
       for (int i = threadIdx.x; i < K * W; i += blockDim.x) {
         const int row = i / W, col = firstColumn + i % W;
         if (col >= Columns)
           continue;
-        float decay = 1.0f;
+        float logDecay = 0.0f;
         if constexpr (Layer::kKeyGate != Gate::None)
-          decay = __expf(args.segment_transitions[slot * K + row]);
-        after[row * Columns + col] += decay * before[row * Columns + col];
+          logDecay += logGates[row];
+        if constexpr (Layer::kValueDecay)
+          logDecay += logGates[K + col];
+        after[row * Columns + col] +=
+            __expf(logDecay) * before[row * Columns + col];
       }
     }
     // The next segment reads this slot, and the shared tiles are reused.

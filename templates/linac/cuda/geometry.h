@@ -71,6 +71,7 @@ struct ChunkShape {
   int keys = 0, values = 0;
   bool normalizer = false, erase = false;
   Gate gate = Gate::None;
+  bool valueDecay = false;
   int64_t inputRowBytes = 0, paramBytes = 0;
 };
 
@@ -78,8 +79,8 @@ struct ChunkShape {
 /// chunk.h), in bytes, and the padded strides of their rows.
 struct ChunkMap {
   int C, K, V, U, KS, DS, US, AS, IS;
-  int64_t q, k, e, values, state, delta, p, a, gates, lateRows,
-      stateNormalizer, weights, inverses, inputRows, params, bytes;
+  int64_t q, k, e, values, state, delta, p, a, gates, lateRows, stateNormalizer,
+      weights, inverses, valueGates, inputRows, params, bytes;
   /// Whether the bf16 state copy is published after the prologue (its
   /// memory then takes late input rows before).
   bool publishAfterPrologue;
@@ -92,8 +93,9 @@ struct ChunkMap {
         // inverses of the erase's 16 x 16 diagonal blocks take rows of 20.
         KS(K + 8), DS(U + 8), US(U + 4), AS(C + 4), IS(20), q(0), k(0), e(0),
         values(0), state(0), delta(0), p(0), a(0), gates(0), lateRows(0),
-        stateNormalizer(0), weights(0), inverses(0), inputRows(0), params(0),
-        bytes(0), publishAfterPrologue(shape.gate != Gate::None) {
+        stateNormalizer(0), weights(0), inverses(0), valueGates(0),
+        inputRows(0), params(0), bytes(0),
+        publishAfterPrologue(shape.gate != Gate::None || shape.valueDecay) {
     k = q + 2 * C * KS;                               // bf16 C x KS each
     e = k + 2 * C * KS;
     values = e + (shape.erase ? 2 * C * KS : 0);      // f32 C x US
@@ -121,7 +123,9 @@ struct ChunkMap {
                                                                 : 1);
     weights = stateNormalizer + 4 * K;
     inverses = shape.normalizer ? weights + 4 * C : stateNormalizer;
-    inputRows = inverses + (shape.erase ? 4 * C * IS : 0);
+    // A value-side decay's cumulative log-gates, f32 C x US.
+    valueGates = inverses + (shape.erase ? 4 * C * IS : 0);
+    inputRows = valueGates + (shape.valueDecay ? 4 * C * US : 0);
     params = inputRows + C * shape.inputRowBytes;
     bytes = params + shape.paramBytes;
   }
@@ -308,6 +312,13 @@ LINAC_GEOMETRY int scanThreads(int values, bool normalized) {
 /// kernel's padded V.
 LINAC_GEOMETRY int transitionBlocks(int keys, int values, bool erase) {
   return erase ? (keys + paddedDim(values) - 1) / paddedDim(values) : 0;
+}
+
+/// Floats of one (segment, head) slot of a segmented forward's
+/// transitions: with an erase a K x K matrix; otherwise each key channel's
+/// total log-gate and then each of the state's columns'.
+LINAC_GEOMETRY int64_t transitionFloats(int keys, int columns, bool erase) {
+  return erase ? int64_t(keys) * keys : int64_t(keys) + columns;
 }
 
 /// Floats between the rows of a transition in a compose block's memory:

@@ -824,8 +824,10 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
   constexpr Gate G = Layer::kKeyGate;
   static_assert(!kValueDecay || !kErase,
                 "an erase under a value-side decay takes the scan");
-  // The reads and the erase residual split the value tiles into ReadParts.
-  constexpr int ReadParts = G == Gate::Vector ? 2 : 4;
+  // The reads and the erase residual split the value tiles into ReadParts:
+  // halves where roles 0-3 read and roles 4-7 take the residual (step 3).
+  constexpr bool kSplitRoles = G == Gate::Vector && kErase;
+  constexpr int ReadParts = kSplitRoles ? 2 : 4;
   constexpr int PartTiles = (ValueTiles + ReadParts - 1) / ReadParts;
   static_assert(C == 64, "four roles of 16 rows cover a chunk, one warp's "
                          "lanes two tokens each");
@@ -1050,15 +1052,16 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
     // 3. The erase residual R = U - (E (.) Lambda) S0. This and the reads in
     // step 6 take 16 tokens from readRows and the value tiles of one part of
     // the columns. A key-vector gate scales each warp's rows by exponentials
-    // of its own, so there roles 0-3 read and roles 4-7 take the residual,
-    // on half the columns each; otherwise every warp does both on a quarter.
+    // of its own, so with an erase roles 0-3 read and roles 4-7 take the
+    // residual, on half the columns each; otherwise every warp does both
+    // (or reads) on a quarter.
     // What the state gives the queries waits until step 6, so that its
     // accumulators are not live across the solve.
     const int readRows = (warpIndex % 4) * 16;
     const int readColumns =
         warpIndex / (kChunkWarps / ReadParts) * PartTiles * 8;
     const int readTiles = min(PartTiles, ValueTiles - readColumns / 8);
-    const bool reads = G != Gate::Vector || warp < 4;
+    const bool reads = !kSplitRoles || warp < 4;
     auto stateProduct = [&](float (&acc)[PartTiles][4],
                             const __nv_bfloat16 *x, bool query) {
       auto decay = [&](int i, int d) {
@@ -1339,69 +1342,98 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
     // epilogue, split as in step 3) and the state update (every state warp).
     if (reads && work.reads) {
       float out[PartTiles][4];
-      stateProduct(out, s.q, true);
+      // Where this lane's accumulator element r of tile n goes.
+      auto valueAt = [&](int n, int r) -> float & {
+        return s.values[(readRows + accRow(r)) * US + readColumns + n * 8 +
+                        accCol(r)];
+      };
       auto pRows = [&](int r, int j) {
         const float *row = s.p + (readRows + r) * AS + j;
         return packPair(row[0], row[1]);
       };
       if constexpr (kValueDecay) {
         // Each pair (i, j) takes column c's factor e^(psiQ_i - psi_j). The
-        // sub-chunks before the warp's rows go through the log-gate at the
-        // end of the previous one (both factors at most 1); pairs inside
-        // its own are taken one by one, P's zeros above the diagonal
-        // masking the exponents clamped to 0 there.
-        // Two tiles at a time, so that few accumulators are live beside
-        // `out` (all of them at once spilled).
-        const int ref = readRows - 1;
+        // sub-chunks before the warp's 16 rows go through the log-gate at
+        // the end of the previous one, and the pairs across the halves of
+        // its own through the end of its first half (both factors at most
+        // 1 either way); the pairs inside a half of 8 are taken one by one.
+        // This part goes to the lane's elements of `values` first, two
+        // tiles at a time, so that few accumulators are live beside the
+        // state's (`out` live beside them spilled).
+        const int before = readRows - 1, middle = readRows + 7;
+        // U's rows from `first` scaled by e^(psi_ref - psi_j), those from
+        // `end` on zero, at the columns of tile group g.
+        auto scaledValues = [&](int first, int end, int ref, int g) {
+          return [=, &s](int k, int col) {
+            const int c = readColumns + g * 8 + col;
+            auto term = [&](int j) {
+              return j < end ? Layout::at(s.delta, DS, j, c) *
+                                   __expf(s.psi(ref, c) - s.psi(j, c))
+                             : 0.0f;
+            };
+            return packPair(term(first + k), term(first + k + 1));
+          };
+        };
+        // P's rows of the second half against the columns of the first.
+        auto acrossHalves = [&](int r, int k) {
+          const float *row = s.p + (readRows + r) * AS + readRows + k;
+          return r >= 8 && k < 8 ? packPair(row[0], row[1]) : 0u;
+        };
         constexpr int Group = PartTiles % 2 == 0 ? 2 : 1;
 #pragma unroll
         for (int g = 0; g < PartTiles; g += Group) {
-          if (readRows == 0 || g >= readTiles)
+          if (g >= readTiles)
             break;
-          float across[Group][4];
+          float across[Group][4], halves[Group][4];
           zero(across);
-          warpProduct<Group, ChunkSteps>(
-              across, pRows,
-              [&](int j, int col) {
-                const int c = readColumns + g * 8 + col;
-                const float end = s.psi(ref, c);
-                return packPair(Layout::at(s.delta, DS, j, c) *
-                                    __expf(end - s.psi(j, c)),
-                                Layout::at(s.delta, DS, j + 1, c) *
-                                    __expf(end - s.psi(j + 1, c)));
-              },
-              readRows / 16, readTiles - g);
+          zero(halves);
+          if (readRows > 0)
+            warpProduct<Group, ChunkSteps>(
+                across, pRows, scaledValues(0, readRows, before, g),
+                readRows / 16, readTiles - g);
+          warpProduct<Group, 1>(halves, acrossHalves,
+                                scaledValues(readRows, readRows + 8, middle, g),
+                                1, readTiles - g);
 #pragma unroll
           for (int n = 0; n < Group; ++n)
+#pragma unroll
             for (int r = 0; r < 4; ++r) {
               const int i = readRows + accRow(r),
                         c = readColumns + (g + n) * 8 + accCol(r);
-              out[g + n][r] +=
-                  across[n][r] * __expf(s.psiQ(i, c) - s.psi(ref, c));
+              const float top = s.psiQ(i, c);
+              float sum = 0.0f;
+              if (readRows > 0)
+                sum += across[n][r] * __expf(top - s.psi(before, c));
+              // Rows of the first half have no pairs across the halves
+              // (and e^(psiQ_i - psi_middle) may overflow there).
+              if (r >= 2)
+                sum += halves[n][r] * __expf(top - s.psi(middle, c));
+              // P is zero above the diagonal, where the exponent is
+              // clamped.
+              const int half = readRows + (r >= 2 ? 8 : 0);
+#pragma unroll
+              for (int t = 0; t < 8; ++t) {
+                const int j = half + t;
+                sum += s.p[i * AS + j] *
+                       __expf(fminf(top - s.psi(j, c), 0.0f)) *
+                       Layout::at(s.delta, DS, j, c);
+              }
+              valueAt(g + n, r) = sum;
             }
         }
+        stateProduct(out, s.q, true);
         for (int n = 0; n < readTiles; ++n)
-          for (int r = 0; r < 4; ++r) {
-            const int i = readRows + accRow(r),
-                      c = readColumns + n * 8 + accCol(r);
-            const float top = s.psiQ(i, c);
-            float sum = 0.0f;
-#pragma unroll
-            for (int t = 0; t < 16; ++t) {
-              const int j = readRows + t;
-              sum += s.p[i * AS + j] * __expf(fminf(top - s.psi(j, c), 0.0f)) *
-                     Layout::at(s.delta, DS, j, c);
-            }
-            out[n][r] += sum;
-          }
-      } else
+          for (int r = 0; r < 4; ++r)
+            out[n][r] += valueAt(n, r);
+      } else {
+        stateProduct(out, s.q, true);
         warpProduct<PartTiles, ChunkSteps>(
             out, pRows, SharedColumns{s.delta, DS, readColumns},
             readRows / 16 + 1, readTiles);
+      }
       for (int n = 0; n < readTiles; ++n)
         for (int r = 0; r < 4; ++r)
-          s.values[(readRows + accRow(r)) * US + readColumns + n * 8 +
-                   accCol(r)] = out[n][r];
+          valueAt(n, r) = out[n][r];
       if (kNormalizer && readColumns <= V && V < readColumns + readTiles * 8) {
         // The normaliser's read again in fp32, two lanes a token: it divides
         // the values, and where it is a small sum of large terms just above
@@ -1438,44 +1470,52 @@ LINAC_DEVICE void runChunks(const linac_cuda_forward_args &args,
       }
     }
     constexpr int last = C - 1;
+    if constexpr (kValueDecay) {
+      // Once every read of Delta is done, its rows (and, under a
+      // key-vector gate, K's) are scaled in place by their factors to the
+      // chunk's end, once for all the state warps that read them rather
+      // than as each loads its operands.
+      __syncthreads();
+      auto toChunkEnd = [&](__nv_bfloat16 *m, int stride, int channels,
+                            auto logGate) {
+        for (int x = threadIdx.x; x < C * channels / 2; x += blockDim.x) {
+          const int j = x / (channels / 2), c = 2 * (x % (channels / 2));
+          auto *pair = reinterpret_cast<__nv_bfloat162 *>(m + j * stride + c);
+          const float2 f = __bfloat1622float2(*pair);
+          *pair = __floats2bfloat162_rn(
+              f.x * __expf(logGate(last, c) - logGate(j, c)),
+              f.y * __expf(logGate(last, c + 1) - logGate(j, c + 1)));
+        }
+      };
+      toChunkEnd(s.delta, DS, V, [&](int i, int c) { return s.psi(i, c); });
+      if constexpr (G == Gate::Vector)
+        toChunkEnd(s.k, KS, K, [&](int i, int d) { return s.lambda(i, d); });
+      __syncthreads();
+    }
     if (stateWarp) {
       float update[HalfTiles][4];
       zero(update);
       const SharedColumns keys{s.k, KS, stateRow};
-      // Delta's rows, under a value-side decay each column's scaled by its
-      // factor to the chunk's end.
-      auto advance = [&](const auto &delta) {
-        if constexpr (G == Gate::None)
-          warpProduct<HalfTiles, ChunkSteps>(update, keys, delta, ChunkSteps,
-                                             tiles);
-        else if constexpr (G == Gate::Scalar)
-          warpProduct<HalfTiles, ChunkSteps>(
-              update, ScaledSharedColumns{keys, s.gates + C}, delta, ChunkSteps,
-              tiles);
-        else
-          warpProduct<HalfTiles, ChunkSteps>(
-              update,
-              [&](int r, int j) {
-                int d = stateRow + r;
-                float end = s.lambda(last, d);
-                return packPair(Layout::at(s.k, KS, j, d) *
-                                    __expf(end - s.lambda(j, d)),
-                                Layout::at(s.k, KS, j + 1, d) *
-                                    __expf(end - s.lambda(j + 1, d)));
-              },
-              delta, ChunkSteps, tiles);
-      };
-      if constexpr (kValueDecay)
-        advance([&](int j, int col) {
-          const int c = columnBase + col;
-          const float end = s.psi(last, c);
-          return packPair(Layout::at(s.delta, DS, j, c) *
-                              __expf(end - s.psi(j, c)),
-                          Layout::at(s.delta, DS, j + 1, c) *
-                              __expf(end - s.psi(j + 1, c)));
-        });
+      const SharedColumns delta{s.delta, DS, columnBase};
+      if constexpr (G == Gate::None || (G == Gate::Vector && kValueDecay))
+        warpProduct<HalfTiles, ChunkSteps>(update, keys, delta, ChunkSteps,
+                                           tiles);
+      else if constexpr (G == Gate::Scalar)
+        warpProduct<HalfTiles, ChunkSteps>(
+            update, ScaledSharedColumns{keys, s.gates + C}, delta, ChunkSteps,
+            tiles);
       else
-        advance(SharedColumns{s.delta, DS, columnBase});
+        warpProduct<HalfTiles, ChunkSteps>(
+            update,
+            [&](int r, int j) {
+              int d = stateRow + r;
+              float end = s.lambda(last, d);
+              return packPair(Layout::at(s.k, KS, j, d) *
+                                  __expf(end - s.lambda(j, d)),
+                              Layout::at(s.k, KS, j + 1, d) *
+                                  __expf(end - s.lambda(j + 1, d)));
+            },
+            delta, ChunkSteps, tiles);
       for (int n = 0; n < tiles; ++n)
         for (int r = 0; r < 4; ++r) {
           int d = stateRow + accRow(r);

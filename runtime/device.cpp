@@ -280,12 +280,14 @@ static std::pair<size_t, size_t> backwardWorkspace(const ForwardShape &shape,
 
 size_t
 Package::backwardWorkspaceBytes(const DeviceForwardRequest &request) const {
+  requireBackward();
   auto [checkpoints, entering] = backwardWorkspace(
       checkDeviceInputs(request), size_t(keyDim_ * stateColumns()));
   return (checkpoints + entering) * sizeof(float);
 }
 
 void Package::backwardDevice(const DeviceBackwardRequest &request) const {
+  requireBackward();
   const DeviceForwardRequest &forward = request.forward;
   ForwardShape shape = checkDeviceInputs(forward);
   checkBackward(request, forward.tensors, sizeOf(forward.dtype), layer_);

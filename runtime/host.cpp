@@ -138,6 +138,7 @@ void Package::states(const ForwardRequest &request, float *transitions) const {
 
 void Package::backward(const BackwardRequest &request) const {
   requireTarget(/*device=*/false);
+  requireBackward();
   const ForwardRequest &forward = request.forward;
   ForwardShape shape = check(forward);
   checkBackward(request, forward.tensors, sizeof(float), layer_);

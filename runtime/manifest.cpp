@@ -268,7 +268,11 @@ void checkAgreement(const Manifest &manifest) {
   if (manifest.kernels.empty())
     throw SchemaError("kernels is empty");
   checkKernels(manifest, manifest.kernels, "kernels");
-  if (isGpu(manifest.target) == manifest.backwardKernels.empty())
+  if (!manifest.hasBackward() && !manifest.backwardKernels.empty())
+    throw SchemaError("backward_kernels are listed for a package without "
+                      "its backward");
+  if (manifest.hasBackward() &&
+      isGpu(manifest.target) == manifest.backwardKernels.empty())
     throw SchemaError(manifest.backwardKernels.empty()
                           ? "backward_kernels is empty"
                           : "backward_kernels are a GPU package's");

@@ -205,7 +205,8 @@ void Package::readManifest(const std::string &path, Package *package) {
     package->phasedUse_ = info.phased->use;
   }
   package->decodeKernels_ = kernelsOf(info.decode.kernels);
-  package->backwardKernel_ = kernelsOf(info.backwardKernels).front();
+  if (info.hasBackward())
+    package->backwardKernel_ = kernelsOf(info.backwardKernels).front();
   package->decodeParts_ = info.decode.parts.value();
   package->decodeTensorMap_ =
       info.decode.staging == manifest::DecodeStaging::Tensor;
@@ -248,6 +249,8 @@ void Package::loadKernels(const std::string &path) {
   decode_ = dlsym(library_, decodeEntry_.c_str());
   if (!decode_)
     throw packageError(path, "kernel has no entry '" + decodeEntry_ + "'");
+  if (!info_.hasBackward())
+    return;
   backward_ = dlsym(library_, "linac_cpu_backward");
   if (!backward_)
     throw packageError(path, "kernel has no entry 'linac_cpu_backward'");
@@ -258,6 +261,14 @@ Package::Package() = default;
 Package::~Package() {
   if (library_)
     dlclose(library_);
+}
+
+void Package::requireBackward() const {
+  if (!info_.hasBackward())
+    throw argumentError("@" + layer_ +
+                        "'s package was compiled without its backward pass "
+                        "(linac compile --no-backward); compile it without "
+                        "that option for gradients");
 }
 
 void Package::requireTarget(bool device) const {

@@ -963,14 +963,15 @@ std::string header(LayerOp layer, const manifest::Plan &plan,
 
 } // namespace
 
-FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
-                                            const manifest::Plan &plan) {
+FailureOr<std::string>
+linac::emitCpuSource(LayerOp layer, const manifest::Plan &plan, bool backward) {
   BodyEmitter emitter(layer, plan);
   bool recurrent = plan.family == manifest::Family::Recurrent;
   // A key-side gate the same on every channel (or none) lets the kernel
   // take one exponential a pair of tokens instead of one a channel.
   std::string out =
-      header(layer, plan, "linac/cpu/backward.h") +
+      header(layer, plan,
+             backward ? "linac/cpu/backward.h" : "linac/cpu/layer.h") +
       "namespace {\nusing namespace linac::cpu;\n\n"
       "struct Layer {\n" +
       emitter.constants(fmt::format(
@@ -986,8 +987,9 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
   // The backward of a chunkwise layer (but a value-side decay with an
   // erase) runs by chunks, reversing the prologue and the epilogue; any
   // other's reverses the step, token by token.
-  if (!recurrent &&
-      !(emitter.form.valueDecay && emitter.form.erase != Strength::None))
+  bool byChunks = !recurrent && !(emitter.form.valueDecay &&
+                                  emitter.form.erase != Strength::None);
+  if (backward && byChunks)
     out += emitter.chunkBackwardFunctions(
         "static void prologueBackward(const Token<Layer> &token, "
         "const Operands<K, V, kNormalizer> &d, "
@@ -995,7 +997,7 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
         "static void epilogueBackward(const Token<Layer> &token, "
         "const Vec<V> &read, const Vec<V> &dOut, Vec<V> &dRead, "
         "const TokenGradients<Layer> &grad)");
-  else
+  else if (backward)
     out += emitter.stepBackwardFunction(
         kCpuFlavor, "static void stepBackward(const Token<Layer> &token, "
                     "State<K, V, kNormalizer> &state, float scale, "
@@ -1013,17 +1015,19 @@ FailureOr<std::string> linac::emitCpuSource(LayerOp layer,
       "{\n"
       "  return linac::cpu::forward<Layer>(*args);\n}\n\n"
       "extern \"C\" int linac_cpu_decode(const linac_cpu_decode_args *args) {\n"
-      "  return linac::cpu::decode<Layer>(*args);\n}\n\n"
-      "extern \"C\" int linac_cpu_backward("
-      "const linac_cpu_backward_args *args) {\n"
-      "  return linac::cpu::backward<Layer>(*args);\n}\n";
+      "  return linac::cpu::decode<Layer>(*args);\n}\n";
+  if (backward)
+    out += "\nextern \"C\" int linac_cpu_backward("
+           "const linac_cpu_backward_args *args) {\n"
+           "  return linac::cpu::backward<Layer>(*args);\n}\n";
   if (emitter.failed)
     return failure();
   return out;
 }
 
 FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
-                                             const manifest::Plan &plan) {
+                                             const manifest::Plan &plan,
+                                             bool backward) {
   BodyEmitter emitter(layer, plan);
   bool recurrent = plan.family == manifest::Family::Recurrent;
   KeyDecay decay = emitter.form.keyDecay;
@@ -1106,17 +1110,18 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           : Placement::BodyOrder;
   out += (recurrent ? "" : "\n") +
          nested("Scan", emitter.stepFunction(kScanFlavor, stepSignature)) +
-         "\n" +
-         nested("ScanBackward",
-                emitter.stepBackwardFunction(
-                    kScanFlavor,
-                    "template <typename Token, typename State, typename "
-                    "Gradients> LINAC_DEVICE static void stepBackward("
-                    "const Token &token, State &state, float scale, "
-                    "State &dState, const ColumnVec<V> &dOut, "
-                    "const Gradients &grad)")) +
-         "\n" +
-         nested("Decode",
+         "\n";
+  if (backward)
+    out += nested("ScanBackward",
+                  emitter.stepBackwardFunction(
+                      kScanFlavor,
+                      "template <typename Token, typename State, typename "
+                      "Gradients> LINAC_DEVICE static void stepBackward("
+                      "const Token &token, State &state, float scale, "
+                      "State &dState, const ColumnVec<V> &dOut, "
+                      "const Gradients &grad)")) +
+           "\n";
+  out += nested("Decode",
                 "using Split = DecodeSplit<K, V / kDecodeParts, kDecodeWarps, "
                 "kDecodeStaging == DecodeStaging::Tensor>;\n" +
                     emitter.stepFunction(decodeFlavor, stepSignature,
@@ -1154,7 +1159,8 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
         "LINAC_SEGMENT_COMPOSE_KERNEL(Layer)\n",
         segments->transitionBlocks, segments->compose.blockThreads.value(),
         segments->compose.sharedMemory.value());
-  out += "LINAC_SCAN_BACKWARD_KERNEL(Layer)\n";
+  if (backward)
+    out += "LINAC_SCAN_BACKWARD_KERNEL(Layer)\n";
   out += fmt::format(
       "static_assert(linac::cuda::decodeSharedBytes<Layer>() == {}, "
       "\"the plan's decode shared memory\");\n"

@@ -20,7 +20,9 @@ using namespace linac::harness;
 namespace {
 
 void check(const fs::path &spec, Dims dims, const Case &c) {
-  auto package = compiled(spec, dims, fs::path(testing::TempDir()) / "linac_cpu_numerics");
+  auto package =
+      compiled(spec, dims, fs::path(testing::TempDir()) / "linac_cpu_numerics",
+               Passes::ForwardOnly);
   Outcome outcome = run(*package, dims, c);
   EXPECT_TRUE(outcome.finite) << "an output or final-state element is unwritten or not finite";
   EXPECT_LE(outcome.outputError, 1e-5);
@@ -129,7 +131,8 @@ TEST_P(CpuNumerics, SaturatingGates) {
 TEST_P(CpuNumerics, NanGatesStayNan) {
   Dims dims{64, 64};
   auto package = compiled(GetParam(), dims,
-                          fs::path(testing::TempDir()) / "linac_cpu_numerics");
+                          fs::path(testing::TempDir()) / "linac_cpu_numerics",
+                          Passes::ForwardOnly);
   Case c;
   c.tokens = 150;
   c.initialState = true;

@@ -29,7 +29,8 @@ fs::path workDir() { return fs::path(testing::TempDir()) / "linac-decode"; }
 
 class Decode : public testing::TestWithParam<fs::path> {
 protected:
-  std::shared_ptr<Package> package = compiled(GetParam(), kDims, workDir());
+  std::shared_ptr<Package> package =
+      compiled(GetParam(), kDims, workDir(), Passes::ForwardOnly);
   size_t stateSize() const { return size_t(kDims.k) * package->stateColumns(); }
 };
 
@@ -164,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(Specs, Decode, testing::ValuesIn(testSpecs()),
 
 TEST(DecodeErrors, ArgumentsAreChecked) {
   auto package = compiled(fs::path(LINAC_EXAMPLES_DIR) / "gated_deltanet.mlir",
-                          kDims, workDir());
+                          kDims, workDir(), Passes::ForwardOnly);
   Case c;
   c.batch = 2;
   c.tokens = 1;
@@ -223,7 +224,7 @@ TEST(DecodeErrors, ArgumentsAreChecked) {
 TEST(DecodeErrors, CApi) {
   std::string path =
       compiledPath(fs::path(LINAC_EXAMPLES_DIR) / "gated_deltanet.mlir", kDims,
-                   workDir())
+                   workDir(), Passes::ForwardOnly)
           .string();
   linac_package *handle = nullptr;
   ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK);

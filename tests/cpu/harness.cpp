@@ -37,18 +37,20 @@ std::string readFile(const fs::path &path) {
   return text.str();
 }
 
-/// A package's name in the caches: the spec's and its dimensions.
-std::string packageKey(const fs::path &spec, Dims dims) {
+/// A package's name in the caches: the spec's, its dimensions and its
+/// passes.
+std::string packageKey(const fs::path &spec, Dims dims, Passes passes) {
   return spec.stem().string() + "_" + std::to_string(dims.k) + "x" +
-         std::to_string(dims.v);
+         std::to_string(dims.v) +
+         (passes == Passes::ForwardOnly ? "_forward" : "");
 }
 
 } // namespace
 
-fs::path compiledPath(const fs::path &spec, Dims dims,
-                      const fs::path &workDir) {
+fs::path compiledPath(const fs::path &spec, Dims dims, const fs::path &workDir,
+                      Passes passes) {
   static std::map<std::string, fs::path> cache;
-  std::string key = packageKey(spec, dims);
+  std::string key = packageKey(spec, dims, passes);
   if (auto it = cache.find(key); it != cache.end())
     return it->second;
   const fs::path &dir = workDir;
@@ -58,20 +60,23 @@ fs::path compiledPath(const fs::path &spec, Dims dims,
   fs::path source = dir / (key + "." + std::to_string(getpid()) + ".mlir");
   std::ofstream(source) << resized(readFile(spec), dims);
   fs::path package = dir / (key + ".linac");
-  std::string command = std::string(LINAC_TOOL) + " compile " + source.string() +
-                        " -o " + package.string() + " > /dev/null";
+  std::string command =
+      std::string(LINAC_TOOL) + " compile " + source.string() +
+      (passes == Passes::ForwardOnly ? " --no-backward" : "") + " -o " +
+      package.string() + " > /dev/null";
   if (std::system(command.c_str()) != 0)
     throw std::runtime_error("failed: " + command);
   return cache[key] = package;
 }
 
 std::shared_ptr<Package> compiled(const fs::path &spec, Dims dims,
-                                  const fs::path &workDir) {
+                                  const fs::path &workDir, Passes passes) {
   static std::map<std::string, std::shared_ptr<linac::Package>> cache;
-  std::string key = packageKey(spec, dims);
+  std::string key = packageKey(spec, dims, passes);
   if (auto it = cache.find(key); it != cache.end())
     return it->second;
-  return cache[key] = Package::open(compiledPath(spec, dims, workDir).string());
+  return cache[key] =
+             Package::open(compiledPath(spec, dims, workDir, passes).string());
 }
 
 Outcome run(const Package &package, Dims dims, const Case &c) {

@@ -19,14 +19,21 @@
 
 namespace linac::harness {
 
+/// What a test's package holds: the backward pass too, or the forward and
+/// decode alone (`linac compile --no-backward`, which compiles in about 60%
+/// of the time), for the tests that take no gradients.
+enum class Passes { WithBackward, ForwardOnly };
+
 /// Compiles `spec` at `dims` into `workDir` (once per process) and returns
 /// the package's path.
 std::filesystem::path compiledPath(const std::filesystem::path &spec, Dims dims,
-                                   const std::filesystem::path &workDir);
+                                   const std::filesystem::path &workDir,
+                                   Passes passes = Passes::WithBackward);
 
 /// compiledPath's package, opened once per process.
 std::shared_ptr<Package> compiled(const std::filesystem::path &spec, Dims dims,
-                                  const std::filesystem::path &workDir);
+                                  const std::filesystem::path &workDir,
+                                  Passes passes = Passes::WithBackward);
 
 Outcome run(const Package &package, Dims dims, const Case &c);
 

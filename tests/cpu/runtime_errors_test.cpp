@@ -151,6 +151,71 @@ TEST_F(RuntimeErrors, ThreadCountOutOfRange) {
   EXPECT_NO_THROW(package->forward(request));
 }
 
+// A package compiled with --no-backward runs forward and refuses
+// gradients, through C++ and the C API alike; its manifest says so, and a
+// manifest that says so while listing backward kernels is refused.
+TEST_F(RuntimeErrors, ForwardOnlyPackageRefusesGradients) {
+  fs::path spec = fs::path(LINAC_EXAMPLES_DIR) / "gated_deltanet.mlir";
+  fs::path path = compiledPath(spec, {16, 16}, work, Passes::ForwardOnly);
+  std::shared_ptr<linac::Package> forwardOnly =
+      compiled(spec, {16, 16}, work, Passes::ForwardOnly);
+  EXPECT_FALSE(forwardOnly->hasBackward());
+  EXPECT_TRUE(package->hasBackward());
+  EXPECT_NO_THROW(forwardOnly->forward(request));
+  const std::string message =
+      "@gated_deltanet's package was compiled without its backward pass "
+      "(linac compile --no-backward)";
+  std::vector<float> dOutput(output.size(), 1.0f);
+  linac::BackwardRequest backward;
+  backward.forward = request;
+  backward.dOutput = dOutput.data();
+  try {
+    forwardOnly->backward(backward);
+    ADD_FAILURE() << "took a backward call without a backward pass";
+  } catch (const linac::Error &e) {
+    EXPECT_EQ(e.kind, linac::Error::Kind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(package->backward(backward));
+
+  linac_package *handle = nullptr;
+  ASSERT_EQ(linac_package_open(path.c_str(), &handle), LINAC_OK)
+      << linac_last_error();
+  std::vector<linac_host_tensor> tensors;
+  for (const auto &[name, t] : request.tensors)
+    tensors.push_back(
+        {name.c_str(), t.data, int32_t(t.shape.size()), t.shape.data()});
+  linac_backward_args args{};
+  args.forward.tensors = tensors.data();
+  args.forward.num_tensors = tensors.size();
+  args.forward.output = output.data();
+  args.d_output = dOutput.data();
+  EXPECT_EQ(linac_backward_host(handle, &args), LINAC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(linac_last_error()).find(message), std::string::npos)
+      << linac_last_error();
+  linac_package_close(handle);
+
+  std::string manifest = forwardOnly->manifest();
+  EXPECT_NE(manifest.find("\"backward\": false"), std::string::npos);
+  std::string listed = std::regex_replace(
+      manifest, std::regex("\"backward_kernels\": \\[\\]"),
+      "\"backward_kernels\": [{\"entry\": \"linac_cpu_backward\", "
+      "\"file\": \"layer.so\", \"dtype\": \"float32\", \"family\": "
+      "\"chunkwise\"}]");
+  ASSERT_NE(listed, manifest);
+  try {
+    linac::Package::checkManifest(listed);
+    ADD_FAILURE() << "accepted backward kernels in a package without its "
+                     "backward";
+  } catch (const linac::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("backward_kernels are listed for a "
+                                         "package without its backward"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(RuntimeErrors, PackageForAnotherTarget) {
   fs::path path = editedPackage("other_target.linac", [](std::string m) {
     return std::regex_replace(m, std::regex("\"target\": \"cpu\""),

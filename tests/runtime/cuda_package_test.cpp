@@ -398,6 +398,8 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
        "plan.target differs from target"},
       {[](auto &m) { m["backward_kernels"] = nlohmann::json::array(); },
        "backward_kernels is empty"},
+      {[](auto &m) { m["backward"] = false; },
+       "backward_kernels are listed for a package without its backward"},
       {[](auto &m) { m["backward_kernels"][0].erase("block_threads"); },
        "backward_kernels[0] 'linac_scan_backward' has no block_threads or "
        "shared_memory"},
@@ -616,6 +618,32 @@ TEST_F(CudaPackage, DeviceDecodeChecksItsArguments) {
 }
 
 } // namespace
+
+// A package compiled with --no-backward: no backward kernel, and its
+// backward calls refused before any argument is looked at.
+TEST_F(CudaPackage, ForwardOnlyPackageRefusesGradients) {
+  nlohmann::json manifest = cudaManifest();
+  manifest["backward"] = false;
+  manifest["backward_kernels"] = nlohmann::json::array();
+  std::shared_ptr<linac::Package> forwardOnly =
+      linac::Package::open(write(manifest).string());
+  EXPECT_FALSE(forwardOnly->hasBackward());
+  linac::DeviceBackwardRequest backward;
+  backward.forward = request;
+  backward.forward.output = nullptr;
+  backward.dOutput = storage;
+  const std::string message =
+      "@toy's package was compiled without its backward pass (linac compile "
+      "--no-backward)";
+  EXPECT_NE(rejection([&] { forwardOnly->backwardDevice(backward); },
+                      linac::Error::Kind::InvalidArgument)
+                .find(message),
+            std::string::npos);
+  EXPECT_NE(rejection([&] { forwardOnly->backwardWorkspaceBytes(request); },
+                      linac::Error::Kind::InvalidArgument)
+                .find(message),
+            std::string::npos);
+}
 
 TEST_F(CudaPackage, DeviceBackwardChecksItsArguments) {
   linac::DeviceBackwardRequest backward;

@@ -97,6 +97,11 @@ static cl::opt<Emit> emitStage(
 static cl::opt<std::string> outputPath("o", cl::desc("Package directory"),
                                        cl::value_desc("NAME.linac"),
                                        cl::sub(compileCommand));
+static cl::opt<bool> noBackward(
+    "no-backward",
+    cl::desc("Leave the backward pass out of the package (for inference: "
+             "a kernel file that compiles faster; gradients are refused)"),
+    cl::sub(compileCommand));
 static cl::opt<bool> forceOutput(
     "force",
     cl::desc("Replace -o's path even if it is not a linac package"),
@@ -137,7 +142,10 @@ manifestOf(linac::LayerOp layer, const linac::manifest::NormalForm &form,
          layer.isParam(arg) ? manifest::Role::Param : manifest::Role::Input,
          linac::kindOf(arg.getType())});
   contents.kernels = manifest::forwardKernels(plan, kernelFile);
-  contents.backwardKernels = manifest::backwardKernels(plan, kernelFile);
+  if (noBackward)
+    contents.backward = false;
+  else
+    contents.backwardKernels = manifest::backwardKernels(plan, kernelFile);
   contents.segments = manifest::segmentsFor(plan, kernelFile);
   contents.phased = manifest::phasedFor(plan, kernelFile);
   contents.decode.kernels = manifest::decodeKernels(plan, kernelFile);
@@ -201,8 +209,9 @@ static int compile() {
   if (failed(form) || failed(plan))
     return 1;
   bool cpu = plan->target == linac::manifest::Target::Cpu;
-  FailureOr<std::string> source = cpu ? linac::emitCpuSource(layer, *plan)
-                                      : linac::emitCudaSource(layer, *plan);
+  FailureOr<std::string> source =
+      cpu ? linac::emitCpuSource(layer, *plan, !noBackward)
+          : linac::emitCudaSource(layer, *plan, !noBackward);
   if (failed(source))
     return 1;
   if (emitStage == Emit::Source) {

@@ -427,6 +427,9 @@ struct Manifest {
   Plan plan;
   std::vector<Argument> arguments;
   std::vector<Kernel> kernels;
+  /// False for a package compiled without its backward pass (`linac
+  /// compile --no-backward`); absent for one with it.
+  std::optional<bool> backward;
   std::vector<Kernel> backwardKernels;
   std::optional<Segments> segments;
   std::optional<Phased> phased;
@@ -451,6 +454,7 @@ struct Manifest {
     visit("plan", self.plan);
     visit("arguments", self.arguments);
     visit("kernels", self.kernels);
+    visit("backward", self.backward);
     visit("backward_kernels", self.backwardKernels);
     visit("segments", self.segments);
     visit("phased", self.phased);
@@ -466,6 +470,7 @@ struct Manifest {
   int64_t stateColumns() const {
     return valueDim + (normalForm.normalizer ? 1 : 0);
   }
+  bool hasBackward() const { return backward.value_or(true); }
 };
 
 /// A manifest that does not follow the schema; the message names the field

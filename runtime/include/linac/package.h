@@ -195,6 +195,9 @@ public:
   const std::string &manifest() const { return manifest_; }
   /// The manifest as read and checked.
   const manifest::Manifest &info() const { return info_; }
+  /// Whether the package has its backward pass (not `linac compile
+  /// --no-backward`).
+  bool hasBackward() const { return info_.hasBackward(); }
   /// The kernel file loaded: of a cpu package, the one for the richest
   /// instruction set this host runs.
   const std::string &kernelFile() const { return kernelFile_; }
@@ -264,6 +267,8 @@ private:
   /// Refuses a call of the host forward pass on a CUDA package, or of the
   /// device one (`device`) on a cpu package.
   void requireTarget(bool device) const;
+  /// Refuses a backward call on a package compiled without its backward.
+  void requireBackward() const;
   /// The checks both forward passes share, on the tensors' shapes by name.
   ForwardShape
   checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,

@@ -14,15 +14,18 @@ namespace linac {
 /// templates/linac/cpu/layer.h and the exported `linac_cpu_forward`.
 /// The layer must be normalised, and `plan` its plan for the cpu target.
 /// Fails, with a diagnostic on the op, for an op the backend cannot lower.
-mlir::FailureOr<std::string> emitCpuSource(LayerOp layer,
-                                           const manifest::Plan &plan);
+/// Without `backward` the source leaves out the backward pass (and its
+/// `linac_cpu_backward`).
+mlir::FailureOr<std::string>
+emitCpuSource(LayerOp layer, const manifest::Plan &plan, bool backward = true);
 
 /// CUDA C++ for the sm_90a and sm_80 targets: a `Layer` struct instantiating
 /// templates/linac/cuda/layer.h, with the chunkwise kernels (unless the plan
 /// is recurrent) and the recurrent scan, one entry per activation dtype
-/// (manifest::forwardKernels), and the decode kernels.
-mlir::FailureOr<std::string> emitCudaSource(LayerOp layer,
-                                            const manifest::Plan &plan);
+/// (manifest::forwardKernels), the decode kernels and, with `backward`, the
+/// backward kernel.
+mlir::FailureOr<std::string>
+emitCudaSource(LayerOp layer, const manifest::Plan &plan, bool backward = true);
 
 /// The line that makes either target's source export `contractHash`, the
 /// hash of its manifest's contract (templates/linac/contract.h).

@@ -21,7 +21,10 @@
 // are never positive, each token's log-gate first raised to gates.h's
 // floor: a scalar gate scales rows and columns of a product; a key-vector
 // gate takes the factorised product across 16-token sub-chunks (referenced
-// to the end of the earlier sub-chunk) and pairs inside one.
+// to the end of the earlier sub-chunk) and pairs inside one. A value-side
+// decay (without an erase) scales columns the same way: the reads of S0 by
+// e^(psiQ), P's product with Delta by sub-chunks, halves of one and pairs
+// inside a half, and Delta's rows to the chunk's end before the update.
 //
 //===----------------------------------------------------------------------===//
 

@@ -15,14 +15,16 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <memory>
 #include <unistd.h>
 
 using namespace linac;
-using toolchain::Toolchain;
-using toolchain::readFile;
 using llvm::SmallString;
 using llvm::SmallVector;
 using llvm::StringRef;
+using toolchain::KernelBuild;
+using toolchain::readFile;
+using toolchain::Toolchain;
 namespace fs = llvm::sys::fs;
 
 /// The templates the generated source includes.
@@ -70,15 +72,15 @@ std::optional<Toolchain> toolchain::find(StringRef target,
   }
   tools.program = *program;
   if (target == "cpu") {
-    tools.flags = {"-std=c++17", "-O3", "-fPIC", "-shared", "-pthread",
-                   include,
-                   "-Wl,--version-script=" + templatesDir() +
-                       "/linac/cpu/exports.map"};
+    tools.flags = {"-std=c++17", "-O3", "-fPIC", "-pthread", include};
+    tools.linkFlags = {"-shared", "-Wl,--version-script=" + templatesDir() +
+                                      "/linac/cpu/exports.map"};
     for (std::string &flag : splitFlags(LINAC_CPU_TUNE_FLAGS))
       tools.flags.push_back(std::move(flag));
     tools.source = "layer.cpp";
     tools.kernel = "layer.so";
     tools.libraries = {productsArchive("baseline")};
+    tools.precompiledHeaders = true;
 #if defined(LINAC_CPU_ISA_FLAGS_AVX2_FMA)
     // The products run Eigen's kernels at the width the file is built for:
     // SSE2 in the baseline, 8 lanes and fused multiply-adds here.
@@ -120,19 +122,26 @@ std::string toolchain::readFile(const std::string &path) {
   return buffer ? (*buffer)->getBuffer().str() : std::string();
 }
 
+/// What the compiler says of itself (`--version`).
+static std::string compilerVersion(const Toolchain &tools) {
+  SmallString<128> versionFile;
+  if (fs::createTemporaryFile("linac-version", "txt", versionFile))
+    return "";
+  linac::output::Temporary temporary(versionFile.str().str());
+  std::string error;
+  execute(tools.program, {"--version"}, error, versionFile);
+  return readFile(temporary.path());
+}
+
 /// Everything a kernel file depends on besides the spec: the templates'
 /// text, the toolchain's flags and its own version.
-static std::string toolchainFingerprint(const Toolchain &tools) {
+static std::string toolchainFingerprint(const Toolchain &tools,
+                                        StringRef version) {
   std::string text = tools.program;
-  for (const std::string &flag : tools.flags)
-    text += " " + flag;
-  SmallString<128> versionFile;
-  if (!fs::createTemporaryFile("linac-version", "txt", versionFile)) {
-    linac::output::Temporary temporary(versionFile.str().str());
-    std::string error;
-    execute(tools.program, {"--version"}, error, versionFile);
-    text += readFile(temporary.path());
-  }
+  for (const auto *flags : {&tools.flags, &tools.linkFlags})
+    for (const std::string &flag : *flags)
+      text += " " + flag;
+  text += version;
   std::vector<std::string> templates;
   std::error_code ec;
   for (fs::recursive_directory_iterator it(templatesDir(), ec), end;
@@ -167,33 +176,128 @@ static std::string cacheDir() {
   return path.str().str();
 }
 
-bool toolchain::build(const Toolchain &tools, StringRef source,
-                      llvm::ArrayRef<KernelBuild> builds, StringRef sourceText,
-                      std::string &error) {
-  std::string fingerprint = toolchainFingerprint(tools);
-  std::string cache = cacheDir();
+/// What a kernel build's flags and libraries add to its cache key.
+static std::string buildKey(const KernelBuild &build) {
+  std::string key;
+  for (const std::string &flag : build.flags)
+    key += " " + flag;
+  for (const std::string &library : build.libraries)
+    key += " " + fileKey(library);
+  return key;
+}
+
+/// The header the generated source includes first: the one a compiler may
+/// take precompiled. "" when there is none.
+static StringRef firstInclude(StringRef sourceText) {
+  for (StringRef line : llvm::split(sourceText, '\n'))
+    if (line.consume_front("#include \""))
+      return line.take_until([](char c) { return c == '"'; });
+  return "";
+}
+
+namespace {
+/// A kernel file the cache lacks.
+struct Pending {
+  const KernelBuild *build;
+  std::string cached;       ///< its cache entry, or "" without a cache
+  std::string headerSearch; ///< a directory of precompiled headers, or ""
+};
+} // namespace
+
+/// GCC takes a header precompiled with the same compiler and flags in place
+/// of the source's first #include, when it finds HEADER.gch in an include
+/// directory searched before the header's own. Parsing the CPU templates is
+/// a quarter of compiling a package's file or more, so each is precompiled once
+/// per header, flags and fingerprint into the cache (pch-KEY/HEADER.gch,
+/// staged and renamed like kernel files), all of `pending` at once. One that
+/// fails to build is left out: its kernel file then parses the header.
+static void precompileHeaders(const Toolchain &tools, StringRef fingerprint,
+                              const std::string &cache, StringRef header,
+                              std::vector<Pending> &pending) {
   struct Running {
-    const KernelBuild *build;
-    std::string cached;
+    Pending *kernel;
+    std::string directory;
+    std::unique_ptr<linac::output::Temporary> staging;
     llvm::sys::ProcessInfo process;
   };
   std::vector<Running> running;
-  // Every file the cache lacks is compiled at once, one process each.
-  for (const KernelBuild &build : builds) {
-    std::string flags;
-    for (const std::string &flag : build.flags)
-      flags += " " + flag;
-    for (const std::string &library : build.libraries)
-      flags += " " + fileKey(library);
+  for (Pending &kernel : pending) {
     std::string key = llvm::toHex(
         llvm::SHA256::hash(llvm::arrayRefFromStringRef(
-            fingerprint + flags + "\n" + sourceText.str())),
+            fingerprint.str() + buildKey(*kernel.build) + "\n" + header.str())),
+        true);
+    std::string directory = cache + "/pch-" + key;
+    if (fs::exists(directory + "/" + header.str() + ".gch")) {
+      kernel.headerSearch = directory;
+      continue;
+    }
+    auto staging = std::make_unique<linac::output::Temporary>(
+        fmt::format("{}.tmp{}", directory, getpid()));
+    std::string output = staging->path() + "/" + header.str() + ".gch";
+    if (fs::create_directories(llvm::sys::path::parent_path(output)))
+      continue;
+    SmallVector<StringRef> argv{tools.program};
+    for (const std::string &arg : tools.flags)
+      argv.push_back(arg);
+    for (const std::string &arg : kernel.build->flags)
+      argv.push_back(arg);
+    std::string input = templatesDir() + "/" + header.str();
+    for (StringRef arg : {StringRef("-x"), StringRef("c++-header"),
+                          StringRef(input), StringRef("-o"), StringRef(output)})
+      argv.push_back(arg);
+    std::optional<StringRef> quiet[] = {StringRef(""), StringRef(""),
+                                        StringRef("")};
+    llvm::sys::ProcessInfo process =
+        llvm::sys::ExecuteNoWait(tools.program, argv, std::nullopt, quiet);
+    if (process.Pid != llvm::sys::ProcessInfo::InvalidPid)
+      running.push_back({&kernel, directory, std::move(staging), process});
+  }
+  for (Running &run : running) {
+    if (llvm::sys::Wait(run.process, std::nullopt).ReturnCode != 0)
+      continue;
+    // Another process may have renamed its own copy into place first.
+    if (!fs::rename(run.staging->path(), run.directory))
+      run.staging->release();
+    if (fs::exists(run.directory))
+      run.kernel->headerSearch = run.directory;
+  }
+}
+
+bool toolchain::build(const Toolchain &tools, StringRef source,
+                      llvm::ArrayRef<KernelBuild> builds, StringRef sourceText,
+                      std::string &error) {
+  std::string version = compilerVersion(tools);
+  std::string fingerprint = toolchainFingerprint(tools, version);
+  std::string cache = cacheDir();
+  std::vector<Pending> pending;
+  for (const KernelBuild &build : builds) {
+    std::string key = llvm::toHex(
+        llvm::SHA256::hash(llvm::arrayRefFromStringRef(
+            fingerprint + buildKey(build) + "\n" + sourceText.str())),
         true);
     std::string cached = cache.empty() ? "" : cache + "/" + key;
     if (!cached.empty() && fs::exists(cached) &&
         !fs::copy_file(cached, build.kernel))
       continue;
+    pending.push_back({&build, cached, ""});
+  }
+  // Only GCC looks for precompiled headers along the include path.
+  StringRef header = firstInclude(sourceText);
+  if (tools.precompiledHeaders && !cache.empty() && !header.empty() &&
+      StringRef(version).contains("Free Software Foundation"))
+    precompileHeaders(tools, fingerprint, cache, header, pending);
+  struct Running {
+    const Pending *kernel;
+    llvm::sys::ProcessInfo process;
+  };
+  std::vector<Running> running;
+  // Every file the cache lacks is compiled at once, one process each.
+  for (const Pending &kernel : pending) {
+    const KernelBuild &build = *kernel.build;
+    std::string headerSearch = "-I" + kernel.headerSearch;
     SmallVector<StringRef> argv{tools.program};
+    if (!kernel.headerSearch.empty())
+      argv.push_back(headerSearch);
     for (const std::string &arg : tools.flags)
       argv.push_back(arg);
     for (const std::string &arg : build.flags)
@@ -201,6 +305,8 @@ bool toolchain::build(const Toolchain &tools, StringRef source,
     argv.push_back(source);
     for (const std::string &library : build.libraries)
       argv.push_back(library);
+    for (const std::string &arg : tools.linkFlags)
+      argv.push_back(arg);
     for (StringRef arg : {StringRef("-o"), StringRef(build.kernel)})
       argv.push_back(arg);
     std::string why;
@@ -210,7 +316,7 @@ bool toolchain::build(const Toolchain &tools, StringRef source,
       error = fmt::format("cannot run {}: {}", tools.program, why);
       return false;
     }
-    running.push_back({&build, cached, process});
+    running.push_back({&kernel, process});
   }
   bool built = true;
   for (Running &run : running) {
@@ -224,12 +330,12 @@ bool toolchain::build(const Toolchain &tools, StringRef source,
       built = false;
       continue;
     }
-    if (run.cached.empty() || fs::create_directories(cache))
+    const std::string &cached = run.kernel->cached;
+    if (cached.empty() || fs::create_directories(cache))
       continue;
-    linac::output::Temporary staging(
-        fmt::format("{}.tmp{}", run.cached, getpid()));
-    if (!fs::copy_file(run.build->kernel, staging.path()) &&
-        !fs::rename(staging.path(), run.cached))
+    linac::output::Temporary staging(fmt::format("{}.tmp{}", cached, getpid()));
+    if (!fs::copy_file(run.kernel->build->kernel, staging.path()) &&
+        !fs::rename(staging.path(), cached))
       staging.release();
   }
   return built;

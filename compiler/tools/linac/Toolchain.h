@@ -32,12 +32,16 @@ struct IsaVariant {
 struct Toolchain {
   std::string program; ///< the compiler's path
   std::vector<std::string> flags;
+  /// Given only where the kernel file is linked (cpu's shared object).
+  std::vector<std::string> linkFlags;
   std::string source, kernel; ///< file names inside the package
   /// Linked after the source: the CPU products' archive.
   std::vector<std::string> libraries;
   /// Kernel files of the same source for richer instruction sets (cpu on
   /// x86-64 hosts).
   std::vector<IsaVariant> isaVariants;
+  /// Whether the source's first include may be precompiled (cpu, with GCC).
+  bool precompiledHeaders = false;
 };
 
 /// The host compiler (CXX, default c++) for cpu, nvcc (NVCC, else on the

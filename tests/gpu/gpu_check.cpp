@@ -15,8 +15,8 @@
 // decode in bf16 and fp32: steps of 1 and 8 tokens for 5 sequences (8 also
 // under saturating gates) and of 1 for 300 on a state pool (sequences skipped,
 // slots out of order) against the reference, and a prefill followed by a
-// decode step against one prefill of all the tokens. Then the backward
-// pass in bf16, fp16 and fp32 against the reference's gradients (relative
+// decode step against one prefill of all the tokens. Then, unless the package
+// was compiled with --no-backward, the backward pass in bf16, fp16 and fp32 against the reference's gradients (relative
 // error at most 2e-2 in 16-bit types, 1e-4 in fp32; backwardCases). With
 // --bench it then times every package at B8 T4096 H16 in bf16 (one JSON line
 // each, as `linac bench` prints) and prints a table last; --bench-only skips
@@ -536,12 +536,16 @@ int main(int argc, char **argv) {
                                            named.segmentTokens);
                           },
                           named.c.nanGateToken >= 0});
-    for (const NamedCase &named : backwardCases())
-      checks.push_back({&package, named.name, named.dtype,
-                        [&package, named] {
-                          return runBackwardCase(package, named.c, named.dtype);
-                        },
-                        false, 2e-2});
+    // A package compiled with --no-backward refuses gradients (the CUDA
+    // package tests check that).
+    if (package.hasBackward())
+      for (const NamedCase &named : backwardCases())
+        checks.push_back({&package, named.name, named.dtype,
+                          [&package, named] {
+                            return runBackwardCase(package, named.c,
+                                                   named.dtype);
+                          },
+                          false, 2e-2});
     for (DType dtype : {DType::BFloat16, DType::Float32}) {
       for (int64_t tokens : {1, 8})
         checks.push_back({&package, "decode-" + std::to_string(tokens), dtype,

@@ -18,7 +18,10 @@
 #include "linac/package.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -216,7 +219,38 @@ struct BenchOptions {
   std::optional<int> reps; ///< unset: 50 for CUDA packages, 5 for cpu ones
   int64_t segmentTokens = 0;
   bool decode = false;
+  bool open = false;
 };
+
+/// Times Package::open (its integrity checks and reading or loading its
+/// kernel file; a CUDA module loads at the first call, not here): one JSON
+/// line a package, the median and the fastest of `reps` opens.
+int benchOpen(const std::vector<std::string> &paths, int reps) {
+  for (const std::string &path : paths) {
+    std::vector<double> times;
+    std::unique_ptr<linac::Package> package;
+    for (int i = 0; i < reps; ++i) {
+      auto begin = std::chrono::steady_clock::now();
+      package = linac::Package::open(path);
+      times.push_back(std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - begin)
+                          .count());
+    }
+    std::sort(times.begin(), times.end());
+    nlohmann::json line = {{"variant", package->layer()},
+                           {"mode", "open"},
+                           {"target", package->target()},
+                           {"kernel_file", package->kernelFile()},
+                           {"kernel_bytes", std::filesystem::file_size(
+                                                std::filesystem::path(path) /
+                                                package->kernelFile())},
+                           {"ms", times[times.size() / 2]},
+                           {"best_ms", times.front()}};
+    std::printf("%s\n", line.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
 
 /// A cpu package's forward (or decode step) at `shape` on each of
 /// --threads, beside the host's GEMM rate (or copy rate) on as many
@@ -281,6 +315,8 @@ int bench(const BenchOptions &options) {
     shapes.push_back({});
   if (options.reps && *options.reps <= 0)
     return fail("--reps must be positive");
+  if (options.open)
+    return benchOpen(options.packages, options.reps.value_or(20));
   std::vector<std::unique_ptr<linac::Package>> packages;
   bool devicePackages = false;
   for (const std::string &path : options.packages) {
@@ -377,6 +413,9 @@ int main(int argc, char **argv) {
   benchCommand->add_flag("--decode", benchOptions.decode,
                          "Time decode steps: --shape B,T,H is B sequences of "
                          "T new tokens (default 64,1,16 and 256,1,16)");
+  benchCommand->add_flag("--open", benchOptions.open,
+                         "Time opening each package (--reps opens, default "
+                         "20), not its passes");
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -5,20 +5,51 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
+#include <string_view>
 
 namespace {
 
+// Both engines: the SHA extensions where the CPU has them, and the
+// portable rounds.
+constexpr linac::Sha256Engine kEngines[] = {linac::Sha256Engine::Fastest,
+                                            linac::Sha256Engine::Portable};
+
 TEST(Sha256, MatchesFips180Vectors) {
-  EXPECT_EQ(linac::sha256Hex(""),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(linac::sha256Hex("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(linac::sha256Hex(
-                "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  EXPECT_EQ(linac::sha256Hex(std::string(1000000, 'a')),
-            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  for (linac::Sha256Engine engine : kEngines) {
+    EXPECT_EQ(
+        linac::sha256Hex("", engine),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    EXPECT_EQ(
+        linac::sha256Hex("abc", engine),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    EXPECT_EQ(
+        linac::sha256Hex(
+            "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", engine),
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    EXPECT_EQ(
+        linac::sha256Hex(std::string(1000000, 'a'), engine),
+        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  }
+}
+
+// The SHA extensions' rounds against the portable ones on random bytes of
+// every length up to four blocks past a page, and on one of 3 MB.
+TEST(Sha256, ShaExtensionsAgreeWithThePortableRounds) {
+  if (!linac::hasShaInstructions())
+    GTEST_SKIP() << "this CPU has no SHA extensions";
+  std::mt19937 random(std::random_device{}());
+  std::string bytes(3 << 20, '\0');
+  for (char &byte : bytes)
+    byte = static_cast<char>(random());
+  for (size_t length = 0; length <= 4096 + 256; ++length)
+    ASSERT_EQ(linac::sha256Hex(std::string_view(bytes).substr(0, length)),
+              linac::sha256Hex(std::string_view(bytes).substr(0, length),
+                               linac::Sha256Engine::Portable))
+        << length << " bytes";
+  EXPECT_EQ(linac::sha256Hex(bytes),
+            linac::sha256Hex(bytes, linac::Sha256Engine::Portable));
 }
 
 // Lengths about the block boundaries, where the padding takes one block or
@@ -44,8 +75,9 @@ TEST(Sha256, PadsAtBlockBoundaries) {
            Case{120, "2f3d335432c70b580af0e8e1b3674a7c020d683aa5f73aaaedfdc55"
                      "af904c21c"},
        })
-    EXPECT_EQ(linac::sha256Hex(std::string(c.length, 'a')), c.digest)
-        << c.length << " bytes";
+    for (linac::Sha256Engine engine : kEngines)
+      EXPECT_EQ(linac::sha256Hex(std::string(c.length, 'a'), engine), c.digest)
+          << c.length << " bytes";
 }
 
 TEST(ContractHash, IgnoresLayoutAndTheIntegrityMember) {

@@ -94,7 +94,9 @@ std::optional<Toolchain> toolchain::find(StringRef target,
     // sm_90 pass.
     std::string arch = target.drop_front(3).str();
     // 177: the Layer's constants the CUDA templates leave unread.
-    tools.flags = {"-std=c++17", "-O3", "-cubin", "-lineinfo",
+    tools.flags = {"-std=c++17",
+                   "-O3",
+                   "-cubin",
                    "-diag-suppress=177",
                    fmt::format("-gencode=arch=compute_{0},code=sm_{0}", arch),
                    include};

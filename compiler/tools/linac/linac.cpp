@@ -102,6 +102,12 @@ static cl::opt<bool> noBackward(
     cl::desc("Leave the backward pass out of the package (for inference: "
              "a kernel file that compiles faster; gradients are refused)"),
     cl::sub(compileCommand));
+static cl::opt<bool> lineInfo(
+    "line-info",
+    cl::desc("Keep the CUDA source's line table in a GPU package's cubin "
+             "(nvcc -lineinfo), for profilers: about three times the bytes, "
+             "which the runtime hashes at every open"),
+    cl::sub(compileCommand));
 static cl::opt<bool> forceOutput(
     "force",
     cl::desc("Replace -o's path even if it is not a linac package"),
@@ -218,10 +224,14 @@ static int compile() {
     llvm::outs() << *source;
     return 0;
   }
+  if (lineInfo && cpu)
+    return fail("--line-info is for the GPU targets (sm_90a, sm_80)");
   std::optional<linac::toolchain::Toolchain> tools =
       linac::toolchain::find(targetName, error);
   if (!tools)
     return fail(error);
+  if (lineInfo)
+    tools->flags.push_back("-lineinfo");
 
   std::string normalized;
   llvm::raw_string_ostream(normalized) << *module;

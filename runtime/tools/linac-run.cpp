@@ -315,8 +315,13 @@ int bench(const BenchOptions &options) {
     shapes.push_back({});
   if (options.reps && *options.reps <= 0)
     return fail("--reps must be positive");
-  if (options.open)
+  if (options.open) {
+    if (!options.shapes.empty() || options.decode || options.segmentTokens ||
+        options.threads != BenchOptions().threads)
+      return fail("--open times opening packages: it takes no --shape, "
+                  "--decode, --threads or --segment-tokens");
     return benchOpen(options.packages, options.reps.value_or(20));
+  }
   std::vector<std::unique_ptr<linac::Package>> packages;
   bool devicePackages = false;
   for (const std::string &path : options.packages) {

@@ -9,6 +9,7 @@
 // RUN: not linac compile %s --line-info -o %t.cpu.linac 2>&1 | FileCheck %s --check-prefix=CPU
 // RUN: linac bench --open --reps 3 %t.linac %t.lines.linac | FileCheck %s --check-prefix=OPEN
 // RUN: not linac bench --open %t.missing.linac 2>&1 | FileCheck %s --check-prefix=MISSING
+// RUN: not linac bench --open --shape 1,64,1 %t.linac 2>&1 | FileCheck %s --check-prefix=OPENSHAPE
 
 // PLAIN: .text.
 // LINES: .nv_debug_line_sass
@@ -16,6 +17,7 @@
 // OPEN: {"best_ms":{{[0-9.e-]+}},"kernel_bytes":{{[0-9]+}},"kernel_file":"layer.cubin","mode":"open","ms":{{[0-9.e-]+}},"target":"sm_80","variant":"line_info"}
 // OPEN-NEXT: "target":"sm_80","variant":"line_info"}
 // MISSING: error: {{.*}}missing.linac
+// OPENSHAPE: error: --open times opening packages: it takes no --shape, --decode, --threads or --segment-tokens
 
 !key = tensor<16xf32, #linac.key>
 !value = tensor<16xf32, #linac.value>

@@ -138,16 +138,6 @@ struct HostArguments {
   }
 };
 
-/// The median of `reps` timed calls after an untimed one.
-double medianSeconds(int reps, const std::function<void()> &call) {
-  call();
-  std::vector<double> times;
-  for (int rep = 0; rep < reps; ++rep)
-    times.push_back(secondsOf(call));
-  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
-  return times[reps / 2];
-}
-
 } // namespace
 
 Result forwardHost(const Package &package, Shape shape, int threads, int reps,

@@ -20,8 +20,6 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -224,19 +222,12 @@ struct BenchOptions {
 
 /// Times Package::open (its integrity checks and reading or loading its
 /// kernel file; a CUDA module loads at the first call, not here): one JSON
-/// line a package, the median and the fastest of `reps` opens.
+/// line a package, the median of `reps` opens.
 int benchOpen(const std::vector<std::string> &paths, int reps) {
   for (const std::string &path : paths) {
-    std::vector<double> times;
     std::unique_ptr<linac::Package> package;
-    for (int i = 0; i < reps; ++i) {
-      auto begin = std::chrono::steady_clock::now();
-      package = linac::Package::open(path);
-      times.push_back(std::chrono::duration<double, std::milli>(
-                          std::chrono::steady_clock::now() - begin)
-                          .count());
-    }
-    std::sort(times.begin(), times.end());
+    double seconds = linac::bench::medianSeconds(
+        reps, [&] { package = linac::Package::open(path); });
     nlohmann::json line = {{"variant", package->layer()},
                            {"mode", "open"},
                            {"target", package->target()},
@@ -244,8 +235,7 @@ int benchOpen(const std::vector<std::string> &paths, int reps) {
                            {"kernel_bytes", std::filesystem::file_size(
                                                 std::filesystem::path(path) /
                                                 package->kernelFile())},
-                           {"ms", times[times.size() / 2]},
-                           {"best_ms", times.front()}};
+                           {"ms", seconds * 1e3}};
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
   }

@@ -14,7 +14,7 @@
 // PLAIN: .text.
 // LINES: .nv_debug_line_sass
 // CPU: error: --line-info is for the GPU targets (sm_90a, sm_80)
-// OPEN: {"best_ms":{{[0-9.e-]+}},"kernel_bytes":{{[0-9]+}},"kernel_file":"layer.cubin","mode":"open","ms":{{[0-9.e-]+}},"target":"sm_80","variant":"line_info"}
+// OPEN: {"kernel_bytes":{{[0-9]+}},"kernel_file":"layer.cubin","mode":"open","ms":{{[0-9.e-]+}},"target":"sm_80","variant":"line_info"}
 // OPEN-NEXT: "target":"sm_80","variant":"line_info"}
 // MISSING: error: {{.*}}missing.linac
 // OPENSHAPE: error: --open times opening packages: it takes no --shape, --decode, --threads or --segment-tokens

@@ -61,7 +61,9 @@ struct KernelBuild {
 /// left in the cache (LINAC_CACHE_DIR, else $XDG_CACHE_HOME/linac or
 /// ~/.cache/linac). Cache entries are written under a private name and
 /// renamed, so processes compiling the same spec at once never see a
-/// partial file. Returns false and sets `error` on failure.
+/// partial file. With `precompiledHeaders` and GCC, the header the source
+/// includes first is precompiled into the cache for each build's flags
+/// and taken from there. Returns false and sets `error` on failure.
 bool build(const Toolchain &tools, llvm::StringRef source,
            llvm::ArrayRef<KernelBuild> builds, llvm::StringRef sourceText,
            std::string &error);

@@ -12,6 +12,9 @@
 
 #include "linac/package.h"
 
+#include <algorithm>
+#include <chrono>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -119,6 +122,22 @@ std::string jsonLine(const Package &package, const char *mode, Shape shape,
 
 /// The floor in milliseconds: max(bytes / copy, FLOPs / GEMM).
 double floorMilliseconds(const Result &result, const Ceilings &ceilings);
+
+/// The median seconds of `reps` calls timed on the host's clock, after an
+/// untimed one (inline: the cpu bench links without the CUDA bench).
+inline double medianSeconds(int reps, const std::function<void()> &call) {
+  call();
+  std::vector<double> times;
+  for (int rep = 0; rep < reps; ++rep) {
+    auto start = std::chrono::steady_clock::now();
+    call();
+    times.push_back(std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - start)
+                        .count());
+  }
+  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  return times[reps / 2];
+}
 
 } // namespace linac::bench
 

@@ -267,13 +267,25 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
   launch(*plan.kernel, context, &args, shape.heads, shape.sequences, stream);
 }
 
-/// The workspace of a backward call: its checkpoints' floats, then the
-/// states entering a stretch's tokens (linac_cuda_backward_args).
-static std::pair<size_t, size_t> backwardWorkspace(const ForwardShape &shape,
-                                                   size_t stateSize) {
-  const size_t checkpoints = size_t(
-      cuda::checkpointSlots(shape.sequences, shape.batch * shape.tokens));
-  return {checkpoints * shape.heads * stateSize,
+/// The workspace of a backward call, in floats, each part's in the order
+/// linac_cuda_backward_args lists them: token by token the checkpoints and
+/// the states entering a stretch's tokens; chunkwise the operands, their
+/// gradients, the states entering each chunk and the reads.
+static std::vector<size_t> backwardWorkspace(const ForwardShape &shape,
+                                             bool chunkwise, int64_t keys,
+                                             int64_t values, size_t stateSize) {
+  const int64_t tokens = shape.batch * shape.tokens;
+  if (chunkwise) {
+    const size_t records =
+        size_t(tokens * shape.heads *
+               cuda::backwardRecordFloats(int(keys), int(values)));
+    return {records, records,
+            size_t(cuda::backwardSlots(shape.sequences, tokens) * shape.heads) *
+                stateSize,
+            size_t(tokens * shape.heads * values)};
+  }
+  return {size_t(cuda::checkpointSlots(shape.sequences, tokens)) * shape.heads *
+              stateSize,
           size_t(shape.sequences * shape.heads) * cuda::kCheckpointTokens *
               stateSize};
 }
@@ -281,9 +293,10 @@ static std::pair<size_t, size_t> backwardWorkspace(const ForwardShape &shape,
 size_t
 Package::backwardWorkspaceBytes(const DeviceForwardRequest &request) const {
   requireBackward();
-  auto [checkpoints, entering] = backwardWorkspace(
-      checkDeviceInputs(request), size_t(keyDim_ * stateColumns()));
-  return (checkpoints + entering) * sizeof(float);
+  const std::vector<size_t> parts = backwardWorkspace(
+      checkDeviceInputs(request), backwardKernels_.front().chunkwise, keyDim_,
+      valueDim_, size_t(keyDim_ * stateColumns()));
+  return std::accumulate(parts.begin(), parts.end(), size_t(0)) * sizeof(float);
 }
 
 void Package::backwardDevice(const DeviceBackwardRequest &request) const {
@@ -345,14 +358,46 @@ void Package::backwardDevice(const DeviceBackwardRequest &request) const {
     args.forward.cu_seqlens =
         reinterpret_cast<const int64_t *>(cuSeqlens->address());
   }
-  auto [checkpoints, entering] =
-      backwardWorkspace(shape, size_t(keyDim_ * stateColumns()));
-  cuda::StreamBuffer workspace((checkpoints + entering) * sizeof(float),
-                               stream);
-  args.checkpoints = reinterpret_cast<float *>(workspace.address());
-  args.entering = args.checkpoints + checkpoints;
-  launch(*backwardKernel_, context, &args, shape.heads, shape.sequences,
-         stream);
+  const bool chunkwise = backwardKernels_.front().chunkwise;
+  const std::vector<size_t> parts = backwardWorkspace(
+      shape, chunkwise, keyDim_, valueDim_, size_t(keyDim_ * stateColumns()));
+  cuda::StreamBuffer workspace(
+      std::accumulate(parts.begin(), parts.end(), size_t(0)) * sizeof(float),
+      stream);
+  auto *next = reinterpret_cast<float *>(workspace.address());
+  auto take = [&](size_t part) {
+    float *at = next;
+    next += parts[part];
+    return at;
+  };
+  if (!chunkwise) {
+    args.checkpoints = take(0);
+    args.entering = take(1);
+    launch(backwardKernels_.front(), context, &args, shape.heads,
+           shape.sequences, stream);
+    return;
+  }
+  args.operands = take(0);
+  args.operand_grads = take(1);
+  args.chunk_states = take(2);
+  args.reads = take(3);
+  // The blocks of the chunks pass add their columns' shares.
+  cuda::check(cuda::driver().cuMemsetD8Async(CUdeviceptr(args.operand_grads), 0,
+                                             parts[1] * sizeof(float), stream),
+              "cuMemsetD8Async");
+  // A warp a (token, head), and a block a (column tile, head, sequence).
+  const int64_t tokens = shape.batch * shape.tokens;
+  const int64_t warpBlocks =
+      (tokens * shape.heads * 32 + cuda::kBackwardThreads - 1) /
+      cuda::kBackwardThreads;
+  const int64_t tiles = cuda::backwardColumnTiles(int(valueDim_));
+  for (const CudaKernel &kernel : backwardKernels_) {
+    if (kernel.sharedMemory > 0)
+      launch(kernel, context, &args, tiles, shape.heads, stream,
+             shape.sequences);
+    else if (warpBlocks > 0)
+      launch(kernel, context, &args, warpBlocks, 1, stream);
+  }
 }
 
 void Package::forwardSegments(const CudaKernel &kernel, CUctx_st *context,

@@ -1,6 +1,7 @@
 //===- manifest.cpp - reading and writing manifest.json -------------------===//
 
 #include "linac/manifest.h"
+#include "linac/cuda/geometry.h"
 
 #include <nlohmann/json.hpp>
 
@@ -388,9 +389,23 @@ std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file) {
 std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file) {
   if (plan.target == Target::Cpu)
     return {};
-  // One kernel for every activation dtype (an argument), named float32.
-  return {{"linac_scan_backward", file, DType::Float32, Family::Recurrent,
-           plan.scanBlockThreads, int64_t(0)}};
+  // Each kernel takes every activation dtype (an argument), named float32.
+  if (plan.backwardFamily.value_or(Family::Recurrent) == Family::Recurrent)
+    return {{"linac_scan_backward", file, DType::Float32, Family::Recurrent,
+             plan.scanBlockThreads, int64_t(0)}};
+  // The kernels whose blocks walk the state take shared memory.
+  const std::pair<const char *, bool> launches[] = {{"operands", false},
+                                                    {"states", true},
+                                                    {"reads", false},
+                                                    {"chunks", true},
+                                                    {"arguments", false}};
+  std::vector<Kernel> kernels;
+  for (auto [name, stateBlocks] : launches)
+    kernels.push_back(
+        {std::string("linac_backward_") + name, file, DType::Float32,
+         *plan.backwardFamily, int64_t(cuda::kBackwardThreads),
+         stateBlocks ? plan.backwardSharedMemory.value() : int64_t(0)});
+  return kernels;
 }
 
 std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file) {

@@ -206,7 +206,7 @@ void Package::readManifest(const std::string &path, Package *package) {
   }
   package->decodeKernels_ = kernelsOf(info.decode.kernels);
   if (info.hasBackward())
-    package->backwardKernel_ = kernelsOf(info.backwardKernels).front();
+    package->backwardKernels_ = kernelsOf(info.backwardKernels);
   package->decodeParts_ = info.decode.parts.value();
   package->decodeTensorMap_ =
       info.decode.staging == manifest::DecodeStaging::Tensor;

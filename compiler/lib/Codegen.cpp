@@ -171,9 +171,10 @@ public:
   /// prologue and epilogue of the chunkwise families.
   std::string chunkFunctions(const Flavor &flavor, StringRef prologueSignature,
                              StringRef epilogueSignature);
-  /// The reverse of prologue and epilogue, for the chunkwise backward on the
-  /// CPU: prologueBackward and epilogueBackward.
-  std::string chunkBackwardFunctions(StringRef prologueSignature,
+  /// The reverse of prologue and epilogue, for the chunkwise backward:
+  /// prologueBackward and epilogueBackward.
+  std::string chunkBackwardFunctions(const Flavor &flavor,
+                                     StringRef prologueSignature,
                                      StringRef epilogueSignature);
   /// The reverse of the whole step, token by token: stepBackward.
   std::string stepBackwardFunction(const Flavor &flavor, StringRef signature);
@@ -869,9 +870,10 @@ std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
   return text + function(epilogueSignature);
 }
 
-std::string BodyEmitter::chunkBackwardFunctions(StringRef prologueSignature,
+std::string BodyEmitter::chunkBackwardFunctions(const Flavor &bodyFlavor,
+                                                StringRef prologueSignature,
                                                 StringRef epilogueSignature) {
-  flavor = kCpuFlavor;
+  flavor = bodyFlavor;
   // The prologue again, then its operands' gradients d back to the
   // arguments'.
   emitOperandSlice();
@@ -991,6 +993,7 @@ linac::emitCpuSource(LayerOp layer, const manifest::Plan &plan, bool backward) {
                                   emitter.form.erase != Strength::None);
   if (backward && byChunks)
     out += emitter.chunkBackwardFunctions(
+        kCpuFlavor,
         "static void prologueBackward(const Token<Layer> &token, "
         "const Operands<K, V, kNormalizer> &d, "
         "const TokenGradients<Layer> &grad)",
@@ -1111,7 +1114,23 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
   out += (recurrent ? "" : "\n") +
          nested("Scan", emitter.stepFunction(kScanFlavor, stepSignature)) +
          "\n";
-  if (backward)
+  bool chunkBackward =
+      plan.backwardFamily.value_or(manifest::Family::Recurrent) !=
+      manifest::Family::Recurrent;
+  if (backward && chunkBackward)
+    out += nested("ChunkBackward",
+                  emitter.chunkBackwardFunctions(
+                      kWarpFlavor,
+                      "template <typename Token, typename Gradients> "
+                      "LINAC_DEVICE static void prologueBackward(const Token "
+                      "&token, const ChunkOperands<K, V, kKeyGate, "
+                      "kValueDecay> &d, const Gradients &grad)",
+                      "template <typename Token, typename Gradients> "
+                      "LINAC_DEVICE static void epilogueBackward(const Token "
+                      "&token, const WarpVec<V> &read, const WarpVec<V> "
+                      "&dOut, WarpVec<V> &dRead, const Gradients &grad)")) +
+           "\n";
+  else if (backward)
     out += nested("ScanBackward",
                   emitter.stepBackwardFunction(
                       kScanFlavor,
@@ -1159,7 +1178,13 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
         "LINAC_SEGMENT_COMPOSE_KERNEL(Layer)\n",
         segments->transitionBlocks, segments->compose.blockThreads.value(),
         segments->compose.sharedMemory.value());
-  if (backward)
+  if (backward && chunkBackward)
+    out += fmt::format(
+        "static_assert(linac::cuda::backwardSharedBytes(Layer::K) == "
+        "{}, \"the plan's backward shared memory\");\n"
+        "LINAC_CHUNK_BACKWARD_KERNELS(Layer)\n",
+        plan.backwardSharedMemory.value());
+  else if (backward)
     out += "LINAC_SCAN_BACKWARD_KERNEL(Layer)\n";
   out += fmt::format(
       "static_assert(linac::cuda::decodeSharedBytes<Layer>() == {}, "

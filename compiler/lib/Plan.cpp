@@ -307,11 +307,27 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     if (!scanReason.empty())
       plan.recurrentReason = scanReason;
     plan.blockThreads = plan.scanBlockThreads;
+    if (gpu)
+      plan.backwardFamily = Family::Recurrent;
     return plan;
   }
   plan.family = form.erase == Strength::None ? Family::Chunkwise
                                              : Family::DeltaChunkwise;
   plan.chunkSize = kChunkSize;
+  if (gpu) {
+    // The chunkwise backward (templates/linac/cuda/chunk_backward.h) takes
+    // a key-side gate the same on every channel, reading after the write,
+    // without a normaliser or a value-side decay; any other layer goes back
+    // token by token.
+    int64_t backwardBytes = cuda::backwardSharedBytes(int(state.getKeyDim()));
+    bool chunkBackward = form.keyDecay != KeyDecay::Vector &&
+                         !form.valueDecay && !form.normalizer &&
+                         !form.readBefore &&
+                         backwardBytes <= sharedMemoryLimit(target);
+    plan.backwardFamily = chunkBackward ? plan.family : Family::Recurrent;
+    if (chunkBackward)
+      plan.backwardSharedMemory = backwardBytes;
+  }
   if (gpu) {
     // A chunk's inputs go to shared memory by asynchronous copies while the
     // previous chunk computes, as far as the working set leaves room.

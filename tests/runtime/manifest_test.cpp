@@ -101,14 +101,33 @@ TEST(Manifest, KernelListFollowsThePlan) {
   EXPECT_EQ(schema::forwardKernels(plan, "layer.so").front().entry,
             "linac_cpu_forward");
   // A cpu package's backward is its kernel file's linac_cpu_backward; a
-  // GPU package's one kernel takes every dtype.
+  // GPU package's kernels each take every dtype: token by token one,
   EXPECT_TRUE(schema::backwardKernels(plan, "layer.so").empty());
   plan.target = schema::Target::Sm80;
+  plan.backwardFamily = schema::Family::Recurrent;
   const std::vector<schema::Kernel> backward =
       schema::backwardKernels(plan, "k");
   ASSERT_EQ(backward.size(), 1u);
   EXPECT_EQ(backward.front().entry, "linac_scan_backward");
   EXPECT_EQ(backward.front().blockThreads, plan.scanBlockThreads);
+  // chunkwise five in launch order, the state walks with the plan's shared
+  // memory.
+  plan.backwardFamily = schema::Family::DeltaChunkwise;
+  plan.backwardSharedMemory = 109952;
+  std::vector<std::string> chunkwise;
+  for (const schema::Kernel &kernel : schema::backwardKernels(plan, "k")) {
+    chunkwise.push_back(kernel.entry);
+    EXPECT_EQ(kernel.family, schema::Family::DeltaChunkwise);
+    EXPECT_EQ(kernel.sharedMemory,
+              kernel.entry == "linac_backward_states" ||
+                      kernel.entry == "linac_backward_chunks"
+                  ? 109952
+                  : 0);
+  }
+  EXPECT_EQ(chunkwise, (std::vector<std::string>{
+                           "linac_backward_operands", "linac_backward_states",
+                           "linac_backward_reads", "linac_backward_chunks",
+                           "linac_backward_arguments"}));
 }
 
 TEST(Manifest, ErrorsNameTheField) {

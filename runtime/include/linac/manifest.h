@@ -228,6 +228,11 @@ struct Plan {
   std::optional<PhasedUse> phased;
   std::optional<int64_t> phasedBlockThreads, phasedSharedMemory,
       prepareBlockThreads, prepareSharedMemory, preparedChunkBytes;
+  /// A GPU backward's algorithm: the plan's chunkwise family
+  /// (templates/linac/cuda/chunk_backward.h) or token by token (recurrent),
+  /// and the chunkwise one's state blocks' shared memory.
+  std::optional<Family> backwardFamily;
+  std::optional<int64_t> backwardSharedMemory;
 
   template <typename Self, typename Visit>
   static void fields(Self &self, Visit &&visit) {
@@ -269,6 +274,9 @@ struct Plan {
           kSharedMemoryBounds);
     visit("prepared_chunk_bytes", self.preparedChunkBytes,
           Bounds{16, 1 << 24});
+    visit("backward_family", self.backwardFamily);
+    visit("backward_shared_memory", self.backwardSharedMemory,
+          kSharedMemoryBounds);
   }
 };
 
@@ -322,9 +330,10 @@ struct Kernel {
 /// A package's forward kernels in the order the runtime searches them, so
 /// that the first for a dtype is the fastest; `file` holds them all.
 std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file);
-/// A CUDA package's backward kernels: one, linac_scan_backward, which takes
-/// the activation dtype as an argument (listed as float32); none on the
-/// CPU, whose backward is the kernel file's linac_cpu_backward.
+/// A CUDA package's backward kernels, each taking the activation dtype as an
+/// argument (listed as float32): the chunkwise backward's five in launch
+/// order, or linac_scan_backward; none on the CPU, whose backward is the
+/// kernel file's linac_cpu_backward.
 std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file);
 /// A package's decode kernels, one per activation dtype (one entry on the
 /// CPU).

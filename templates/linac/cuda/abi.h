@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 9
+#define LINAC_CUDA_ABI_VERSION 10
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
 
@@ -121,14 +121,31 @@ typedef struct linac_cuda_forward_args {
 
 /* The backward pass of the forward `forward` describes (its output and
  * final_state unused): the gradients of L = <d_output, output> +
- * <d_final_state, final state>. Grid (num_heads, num_seqs), one block per
- * (head, sequence) as the scan's; one kernel takes every activation dtype.
+ * <d_final_state, final state>. Every kernel takes every activation dtype.
  * Every gradient is float32, zeroed by the runtime, and the blocks add into it.
- * The workspace holds the states the pass keeps: a checkpoint every
- * kCheckpointTokens tokens, [slots, H, K, columns] with slots as
- * templates/linac/cuda/geometry.h's checkpointSlots and checkpointSlot say, and
- * each block's states entering the tokens of one stretch between checkpoints,
- * [num_seqs, H, kCheckpointTokens, K, columns]. */
+ *
+ * linac_scan_backward, token by token: grid (num_heads, num_seqs), one
+ * block per (head, sequence) as the scan's. Its workspace holds the states
+ * it keeps: a checkpoint every kCheckpointTokens tokens, [slots, H, K,
+ * columns] with slots as templates/linac/cuda/geometry.h's checkpointSlots
+ * and checkpointSlot say, and each block's states entering the tokens of
+ * one stretch between checkpoints, [num_seqs, H, kCheckpointTokens, K,
+ * columns].
+ *
+ * The chunkwise backward, five launches in order (chunk_backward.h; a
+ * "warp grid" is ceil(tokens x H / 8) blocks, a warp a (token, head); a
+ * "state grid" (backwardColumnTiles(V), H, num_seqs)):
+ *   linac_backward_operands  warp grid: each token's operands into
+ *                            `operands`, [tokens, H, backwardRecordFloats];
+ *   linac_backward_states    state grid: the state entering each chunk of
+ *                            kBackwardChunk tokens into `chunk_states`,
+ *                            [backwardSlots, H, K, V], and each token's
+ *                            read into `reads`, [tokens, H, V];
+ *   linac_backward_reads     warp grid: each read's gradient in its place;
+ *   linac_backward_chunks    state grid: the operands' gradients into
+ *                            `operand_grads` (as `operands`, zeroed by the
+ *                            runtime) and d_initial_state;
+ *   linac_backward_arguments warp grid: the inputs' and parameters'. */
 typedef struct linac_cuda_backward_args {
   linac_cuda_forward_args forward;
   int32_t dtype;              /* of the inputs and d_output, as linac_dtype */
@@ -139,6 +156,10 @@ typedef struct linac_cuda_backward_args {
   float *d_initial_state; /* [N, H, K, columns], or NULL */
   float *checkpoints;
   float *entering;
+  float *operands;
+  float *operand_grads;
+  float *chunk_states;
+  float *reads;
 } linac_cuda_backward_args;
 
 /* Columns of a decode state's tensor-map box: 128 bytes of floats, the

@@ -206,6 +206,14 @@ struct AnyInput {
     }
   }
   LINAC_DEVICE float scalar() const { return (*this)[0]; }
+  template <int N> LINAC_DEVICE WarpVec<N> warpVec() const {
+    WarpVec<N> v;
+#pragma unroll
+    for (int i = 0; i < WarpVec<N>::kSlots; ++i)
+      v.x[i] =
+          holdsElement<WarpVec<N>, N>(i) ? (*this)[WarpVec<N>::index(i)] : 0.0f;
+    return v;
+  }
 };
 
 /// A token's inputs as Token's, of the dtype the backward call names.

@@ -301,6 +301,45 @@ LINAC_GEOMETRY int64_t checkpointSlots(int64_t seqs, int64_t tokens) {
   return seqs + (tokens + kCheckpointTokens - 1) / kCheckpointTokens;
 }
 
+/// The chunkwise backward (chunk_backward.h): its chunks' tokens, the value
+/// columns a block of its state walks takes, and its blocks' threads.
+inline constexpr int kBackwardChunk = 32;
+inline constexpr int kBackwardColumns = 32;
+inline constexpr int kBackwardThreads = 256;
+/// Floats of one (token, head)'s record of operands, or of their gradients,
+/// in the chunkwise backward's workspace: q, k and e (K each), u (V) and the
+/// key-side log-gate.
+LINAC_GEOMETRY int64_t backwardRecordFloats(int keys, int values) {
+  return 3 * int64_t(keys) + values + 1;
+}
+/// The slot of sequence `seq`'s c-th backward chunk among backwardSlots, as
+/// checkpointSlot's.
+LINAC_GEOMETRY int64_t backwardSlot(int64_t seq, int64_t begin, int64_t c) {
+  return seq + begin / kBackwardChunk + c;
+}
+LINAC_GEOMETRY int64_t backwardSlots(int64_t seqs, int64_t tokens) {
+  return seqs + (tokens + kBackwardChunk - 1) / kBackwardChunk;
+}
+/// Column tiles of the chunkwise backward's state blocks.
+LINAC_GEOMETRY int backwardColumnTiles(int values) {
+  return (values + kBackwardColumns - 1) / kBackwardColumns;
+}
+/// The shared memory of a chunkwise backward block, in floats: the chunk's
+/// q, k and e rows (K + 1 floats apart, so that a warp reading one column
+/// of them meets every bank once), the state and its gradient (K rows of
+/// kBackwardColumns + 1), the writes, the reads' gradient and the writes'
+/// (C rows of kBackwardColumns + 1), three C x (C + 1) arrays of pairs, and
+/// kBackwardChunk doubles of cumulative log-gates and eight of per-token sums.
+LINAC_GEOMETRY int backwardSharedFloats(int keys) {
+  return 3 * kBackwardChunk * (keys + 1) + 2 * keys * (kBackwardColumns + 1) +
+         3 * kBackwardChunk * (kBackwardColumns + 1) +
+         3 * kBackwardChunk * (kBackwardChunk + 1) + 2 * kBackwardChunk +
+         8 * kBackwardChunk;
+}
+LINAC_GEOMETRY int backwardSharedBytes(int keys) {
+  return backwardSharedFloats(keys) * 4;
+}
+
 /// Threads of the recurrent scan's block: thread j holds value column j,
 /// and one more the normaliser's, in whole warps.
 LINAC_GEOMETRY int scanThreads(int values, bool normalized) {

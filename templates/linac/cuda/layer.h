@@ -8,7 +8,9 @@
 //   Scan::step(token, state, scale, out), run by the recurrent scan, and
 //   Decode::step, the same step on decode.h's split of the state, and
 //   ScanBackward::stepBackward(token, state, scale, dState, dOut, grad),
-//   the step's reverse, run by the backward pass (backward.h).
+//   the step's reverse, run by the token-by-token backward (backward.h),
+//   or ChunkBackward's prologueBackward and epilogueBackward, the
+//   reverses of Chunk's, run by the chunkwise backward (chunk_backward.h).
 // The LINAC_*_KERNEL(S) macros define the entry points the package's
 // manifest lists, one per activation dtype, and LINAC_CONTRACT the hash
 // that ties the cubin to the manifest.
@@ -20,6 +22,7 @@
 
 #include "linac/contract.h"
 #include "linac/cuda/backward.h"
+#include "linac/cuda/chunk_backward.h"
 #include "linac/cuda/phased.h"
 #include "linac/cuda/scan.h"
 #include "linac/cuda/warpgroup.h"
@@ -82,6 +85,21 @@
           const __grid_constant__ linac_cuda_backward_args args) {             \
     linac::cuda::scanBackwardKernel<Layer>(args);                              \
   }
+
+/// The chunkwise backward's five kernels (chunk_backward.h), for every
+/// activation dtype.
+#define LINAC_BACKWARD_ENTRY(Layer, name, function)                            \
+  extern "C" __global__ void __launch_bounds__(linac::cuda::kBackwardThreads)  \
+      linac_backward_##name(                                                   \
+          const __grid_constant__ linac_cuda_backward_args args) {             \
+    linac::cuda::function<Layer>(args);                                        \
+  }
+#define LINAC_CHUNK_BACKWARD_KERNELS(Layer)                                    \
+  LINAC_BACKWARD_ENTRY(Layer, operands, backwardOperandsKernel)                \
+  LINAC_BACKWARD_ENTRY(Layer, states, backwardStatesKernel)                    \
+  LINAC_BACKWARD_ENTRY(Layer, reads, backwardReadsKernel)                      \
+  LINAC_BACKWARD_ENTRY(Layer, chunks, backwardChunksKernel)                    \
+  LINAC_BACKWARD_ENTRY(Layer, arguments, backwardArgumentsKernel)
 
 /// Decode on a state pool, for every layer and dtype.
 #define LINAC_DECODE_KERNELS(Layer)                                            \

@@ -270,7 +270,8 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
 /// The workspace of a backward call, in floats, each part's in the order
 /// linac_cuda_backward_args lists them: token by token the checkpoints and
 /// the states entering a stretch's tokens; chunkwise the operands, their
-/// gradients, the states entering each chunk and the reads.
+/// gradients, the prepared chunks, the states entering each chunk, the
+/// gradients of those leaving each, and the reads.
 static std::vector<size_t> backwardWorkspace(const ForwardShape &shape,
                                              bool chunkwise, int64_t keys,
                                              int64_t values, size_t stateSize) {
@@ -279,9 +280,14 @@ static std::vector<size_t> backwardWorkspace(const ForwardShape &shape,
     const size_t records =
         size_t(tokens * shape.heads *
                cuda::backwardRecordFloats(int(keys), int(values)));
-    return {records, records,
-            size_t(cuda::backwardSlots(shape.sequences, tokens) * shape.heads) *
-                stateSize,
+    const size_t chunks =
+        size_t(cuda::backwardSlots(shape.sequences, tokens) * shape.heads);
+    return {records,
+            records,
+            chunks *
+                size_t(cuda::backwardPreparedFloats(int(keys), int(values))),
+            chunks * stateSize,
+            chunks * stateSize,
             size_t(tokens * shape.heads * values)};
   }
   return {size_t(cuda::checkpointSlots(shape.sequences, tokens)) * shape.heads *
@@ -379,22 +385,31 @@ void Package::backwardDevice(const DeviceBackwardRequest &request) const {
   }
   args.operands = take(0);
   args.operand_grads = take(1);
-  args.chunk_states = take(2);
-  args.reads = take(3);
+  args.prepared = take(2);
+  args.chunk_states = take(3);
+  args.state_grads = take(4);
+  args.reads = take(5);
   // The blocks of the chunks pass add their columns' shares.
   cuda::check(cuda::driver().cuMemsetD8Async(CUdeviceptr(args.operand_grads), 0,
                                              parts[1] * sizeof(float), stream),
               "cuMemsetD8Async");
-  // A warp a (token, head), and a block a (column tile, head, sequence).
+  // The grids abi.h gives: a warp a (token, head); a block a (column tile,
+  // head, sequence) for the walks; a block a (chunk slot, head, column
+  // tile) for the passes over every chunk at once.
   const int64_t tokens = shape.batch * shape.tokens;
   const int64_t warpBlocks =
       (tokens * shape.heads * 32 + cuda::kBackwardThreads - 1) /
       cuda::kBackwardThreads;
   const int64_t tiles = cuda::backwardColumnTiles(int(valueDim_));
+  const int64_t slots = cuda::backwardSlots(shape.sequences, tokens);
   for (const CudaKernel &kernel : backwardKernels_) {
-    if (kernel.sharedMemory > 0)
+    if (kernel.entry == "linac_backward_states" ||
+        kernel.entry == "linac_backward_state_gradients")
       launch(kernel, context, &args, tiles, shape.heads, stream,
              shape.sequences);
+    else if (kernel.entry == "linac_backward_prepare" ||
+             kernel.entry == "linac_backward_chunks")
+      launch(kernel, context, &args, slots, shape.heads, stream, tiles);
     else if (warpBlocks > 0)
       launch(kernel, context, &args, warpBlocks, 1, stream);
   }

@@ -394,11 +394,10 @@ std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file) {
     return {{"linac_scan_backward", file, DType::Float32, Family::Recurrent,
              plan.scanBlockThreads, int64_t(0)}};
   // The kernels whose blocks walk the state take shared memory.
-  const std::pair<const char *, bool> launches[] = {{"operands", false},
-                                                    {"states", true},
-                                                    {"reads", false},
-                                                    {"chunks", true},
-                                                    {"arguments", false}};
+  const std::pair<const char *, bool> launches[] = {
+      {"operands", false}, {"prepare", true},         {"states", true},
+      {"reads", false},    {"state_gradients", true}, {"chunks", true},
+      {"arguments", false}};
   std::vector<Kernel> kernels;
   for (auto [name, stateBlocks] : launches)
     kernels.push_back(

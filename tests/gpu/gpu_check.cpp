@@ -444,7 +444,7 @@ std::vector<NamedCase> cases() {
 
 /// The backward pass's cases: varlen batches with empty and one-token
 /// sequences, grouped heads and an initial state, strong gates, each
-/// dtype.
+/// dtype, long sequences.
 std::vector<NamedCase> backwardCases() {
   std::vector<NamedCase> all;
   auto add = [&](const char *name, DType dtype, auto edit) {
@@ -465,6 +465,11 @@ std::vector<NamedCase> backwardCases() {
   add("bwd-fp16", DType::Float16, [](Case &c) { c.cuSeqlens = {0, 130}; });
   add("bwd-fp32", DType::Float32,
       [](Case &c) { c.batch = 2, c.tokens = 70, c.cuSeqlens.clear(); });
+  // Sequences of many chunks, which the chunkwise backward walks.
+  add("bwd-long", DType::BFloat16, [](Case &c) {
+    c.batch = 2, c.tokens = 1000, c.cuSeqlens.clear();
+    c.heads = 2, c.keyHeads = 1;
+  });
   return all;
 }
 

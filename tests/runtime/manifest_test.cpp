@@ -110,24 +110,25 @@ TEST(Manifest, KernelListFollowsThePlan) {
   ASSERT_EQ(backward.size(), 1u);
   EXPECT_EQ(backward.front().entry, "linac_scan_backward");
   EXPECT_EQ(backward.front().blockThreads, plan.scanBlockThreads);
-  // chunkwise five in launch order, the state walks with the plan's shared
-  // memory.
+  // chunkwise seven in launch order, those whose blocks take a chunk's
+  // columns with the plan's shared memory.
   plan.backwardFamily = schema::Family::DeltaChunkwise;
   plan.backwardSharedMemory = 109952;
   std::vector<std::string> chunkwise;
   for (const schema::Kernel &kernel : schema::backwardKernels(plan, "k")) {
     chunkwise.push_back(kernel.entry);
     EXPECT_EQ(kernel.family, schema::Family::DeltaChunkwise);
-    EXPECT_EQ(kernel.sharedMemory,
-              kernel.entry == "linac_backward_states" ||
-                      kernel.entry == "linac_backward_chunks"
-                  ? 109952
-                  : 0);
+    const bool perToken = kernel.entry == "linac_backward_operands" ||
+                          kernel.entry == "linac_backward_reads" ||
+                          kernel.entry == "linac_backward_arguments";
+    EXPECT_EQ(kernel.sharedMemory, perToken ? 0 : 109952);
   }
-  EXPECT_EQ(chunkwise, (std::vector<std::string>{
-                           "linac_backward_operands", "linac_backward_states",
-                           "linac_backward_reads", "linac_backward_chunks",
-                           "linac_backward_arguments"}));
+  EXPECT_EQ(chunkwise,
+            (std::vector<std::string>{
+                "linac_backward_operands", "linac_backward_prepare",
+                "linac_backward_states", "linac_backward_reads",
+                "linac_backward_state_gradients", "linac_backward_chunks",
+                "linac_backward_arguments"}));
 }
 
 TEST(Manifest, ErrorsNameTheField) {

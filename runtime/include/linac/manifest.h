@@ -331,7 +331,7 @@ struct Kernel {
 /// that the first for a dtype is the fastest; `file` holds them all.
 std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file);
 /// A CUDA package's backward kernels, each taking the activation dtype as an
-/// argument (listed as float32): the chunkwise backward's five in launch
+/// argument (listed as float32): the chunkwise backward's seven in launch
 /// order, or linac_scan_backward; none on the CPU, whose backward is the
 /// kernel file's linac_cpu_backward.
 std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file);

@@ -297,7 +297,7 @@ private:
                       linac_cuda_decode_args &args) const;
   std::vector<CudaKernel> decodeKernels_;
   /// The backward kernel, for every dtype (the manifest's backward_kernels).
-  /// The backward's kernels in launch order: the chunkwise backward's five
+  /// The backward's kernels in launch order: the chunkwise backward's seven
   /// or the token-by-token one (abi.h).
   std::vector<CudaKernel> backwardKernels_;
   /// Encodes the tensor maps of the plan's tensor_inputs and tensor_output

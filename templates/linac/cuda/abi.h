@@ -132,19 +132,26 @@ typedef struct linac_cuda_forward_args {
  * one stretch between checkpoints, [num_seqs, H, kCheckpointTokens, K,
  * columns].
  *
- * The chunkwise backward, five launches in order (chunk_backward.h; a
+ * The chunkwise backward, seven launches in order (chunk_backward.h; a
  * "warp grid" is ceil(tokens x H / 8) blocks, a warp a (token, head); a
- * "state grid" (backwardColumnTiles(V), H, num_seqs)):
+ * "walk grid" (backwardColumnTiles(V), H, num_seqs); a "chunk grid"
+ * (backwardSlots, H, backwardColumnTiles(V)); slots and chunks of
+ * kBackwardChunk tokens as geometry.h's backwardSlot says):
  *   linac_backward_operands  warp grid: each token's operands into
  *                            `operands`, [tokens, H, backwardRecordFloats];
- *   linac_backward_states    state grid: the state entering each chunk of
- *                            kBackwardChunk tokens into `chunk_states`,
- *                            [backwardSlots, H, K, V], and each token's
- *                            read into `reads`, [tokens, H, V];
+ *   linac_backward_prepare   chunk grid: each chunk's products that need no
+ *                            state into `prepared`, [slots, H,
+ *                            backwardPreparedFloats];
+ *   linac_backward_states    walk grid: the state entering each chunk into
+ *                            `chunk_states`, [slots, H, K, V], and each
+ *                            token's read into `reads`, [tokens, H, V];
  *   linac_backward_reads     warp grid: each read's gradient in its place;
- *   linac_backward_chunks    state grid: the operands' gradients into
+ *   linac_backward_state_gradients  walk grid: the gradient of the state
+ *                            leaving each chunk into `state_grads` (as
+ *                            `chunk_states`), and d_initial_state;
+ *   linac_backward_chunks    chunk grid: the operands' gradients into
  *                            `operand_grads` (as `operands`, zeroed by the
- *                            runtime) and d_initial_state;
+ *                            runtime);
  *   linac_backward_arguments warp grid: the inputs' and parameters'. */
 typedef struct linac_cuda_backward_args {
   linac_cuda_forward_args forward;
@@ -158,7 +165,9 @@ typedef struct linac_cuda_backward_args {
   float *entering;
   float *operands;
   float *operand_grads;
+  float *prepared;
   float *chunk_states;
+  float *state_grads;
   float *reads;
 } linac_cuda_backward_args;
 

@@ -312,6 +312,12 @@ inline constexpr int kBackwardThreads = 256;
 LINAC_GEOMETRY int64_t backwardRecordFloats(int keys, int values) {
   return 3 * int64_t(keys) + values + 1;
 }
+/// Floats of a chunk's prepared record (chunk_backward.h): P and T (C x C
+/// each), W (C x K) and U' (C x V).
+LINAC_GEOMETRY int64_t backwardPreparedFloats(int keys, int values) {
+  return 2 * int64_t(kBackwardChunk) * kBackwardChunk +
+         int64_t(kBackwardChunk) * (keys + values);
+}
 /// The slot of sequence `seq`'s c-th backward chunk among backwardSlots, as
 /// checkpointSlot's.
 LINAC_GEOMETRY int64_t backwardSlot(int64_t seq, int64_t begin, int64_t c) {

@@ -86,7 +86,7 @@
     linac::cuda::scanBackwardKernel<Layer>(args);                              \
   }
 
-/// The chunkwise backward's five kernels (chunk_backward.h), for every
+/// The chunkwise backward's seven kernels (chunk_backward.h), for every
 /// activation dtype.
 #define LINAC_BACKWARD_ENTRY(Layer, name, function)                            \
   extern "C" __global__ void __launch_bounds__(linac::cuda::kBackwardThreads)  \
@@ -96,8 +96,10 @@
   }
 #define LINAC_CHUNK_BACKWARD_KERNELS(Layer)                                    \
   LINAC_BACKWARD_ENTRY(Layer, operands, backwardOperandsKernel)                \
+  LINAC_BACKWARD_ENTRY(Layer, prepare, backwardPrepareKernel)                  \
   LINAC_BACKWARD_ENTRY(Layer, states, backwardStatesKernel)                    \
   LINAC_BACKWARD_ENTRY(Layer, reads, backwardReadsKernel)                      \
+  LINAC_BACKWARD_ENTRY(Layer, state_gradients, backwardStateGradientsKernel)   \
   LINAC_BACKWARD_ENTRY(Layer, chunks, backwardChunksKernel)                    \
   LINAC_BACKWARD_ENTRY(Layer, arguments, backwardArgumentsKernel)
 

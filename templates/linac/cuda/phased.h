@@ -98,19 +98,12 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
   constexpr int C = Layout::C, Warps = kPipelineGroupWarps;
   const int64_t slot = blockIdx.x;
   const int head = blockIdx.y;
-  // The sequence whose chunks hold the slot: the last whose first slot is
-  // not after it.
-  int64_t low = 0, high = args.num_seqs - 1, begin = 0, end = 0;
-  while (low < high) {
-    const int64_t mid = (low + high + 1) / 2;
-    sequenceBounds(args, mid, begin, end);
-    if (preparedSlot(mid, begin, 0) <= slot)
-      low = mid;
-    else
-      high = mid - 1;
-  }
-  sequenceBounds(args, low, begin, end);
-  const int64_t start = begin + (slot - preparedSlot(low, begin, 0)) * C;
+  int64_t begin, end;
+  const int64_t seq = sequenceOfSlot(
+      args, slot,
+      [](int64_t s, int64_t first) { return preparedSlot(s, first, 0); }, begin,
+      end);
+  const int64_t start = begin + (slot - preparedSlot(seq, begin, 0)) * C;
   if (start >= end)
     return;
   const int length = end - start < C ? int(end - start) : C;

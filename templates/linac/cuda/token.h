@@ -122,6 +122,27 @@ LINAC_DEVICE void sequenceBounds(const linac_cuda_forward_args &args,
   }
 }
 
+/// The sequence that holds `slot` among slots numbered a sequence after
+/// another, `firstSlot(seq, begin)` its first (geometry.h's preparedSlot,
+/// backwardSlot): the last whose first slot is not after it, by a binary
+/// search; its token range into [begin, end).
+template <typename FirstSlot>
+LINAC_DEVICE int64_t sequenceOfSlot(const linac_cuda_forward_args &args,
+                                    int64_t slot, FirstSlot firstSlot,
+                                    int64_t &begin, int64_t &end) {
+  int64_t low = 0, high = args.num_seqs - 1;
+  while (low < high) {
+    const int64_t mid = (low + high + 1) / 2;
+    sequenceBounds(args, mid, begin, end);
+    if (firstSlot(mid, begin) <= slot)
+      low = mid;
+    else
+      high = mid - 1;
+  }
+  sequenceBounds(args, low, begin, end);
+  return low;
+}
+
 template <typename Layer, typename Args>
 LINAC_DEVICE float readScale(const Args &args) {
   return Layer::kFixedScale > 0 ? Layer::kFixedScale : args.scale;

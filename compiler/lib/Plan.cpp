@@ -327,8 +327,6 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     plan.backwardFamily = chunkBackward ? plan.family : Family::Recurrent;
     if (chunkBackward)
       plan.backwardSharedMemory = backwardBytes;
-  }
-  if (gpu) {
     // A chunk's inputs go to shared memory by asynchronous copies while the
     // previous chunk computes, as far as the working set leaves room.
     SmallVector<int64_t> shared = sharedInputs(

@@ -161,6 +161,9 @@ def worker(rank, world, store_path, packages, queue, backend, gpus):
                 worst = max(errors, key=errors.get)
                 report.append((name, case, worst, errors[worst]))
         queue.put((rank, report))
+        # No rank tears its gloo pairs down while a peer still uses them:
+        # a pair closed under a peer's exchange aborted the process.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -215,8 +215,11 @@ class ChunkBackward
 
 TEST_P(ChunkBackward, MatchesReferenceGradients) {
   const Dims dims{16, 16};
-  const fs::path work = fs::path(testing::TempDir()) / "linac_chunk_backward";
   const TestLayer &layer = std::get<0>(GetParam());
+  // A folder per case: ctest runs the cases of one layer side by side.
+  const fs::path work =
+      fs::path(testing::TempDir()) / "linac_chunk_backward" /
+      testing::UnitTest::GetInstance()->current_test_info()->name();
   fs::create_directories(work);
   const fs::path spec = work / (std::string(layer.name) + ".mlir");
   std::ofstream(spec) << specOf(layer);

@@ -274,12 +274,14 @@ void Package::forwardDevice(const DeviceForwardRequest &request) const {
 /// gradients of those leaving each, and the reads.
 static std::vector<size_t> backwardWorkspace(const ForwardShape &shape,
                                              bool chunkwise, int64_t keys,
-                                             int64_t values, size_t stateSize) {
+                                             int64_t values, bool keyVector,
+                                             size_t stateSize) {
   const int64_t tokens = shape.batch * shape.tokens;
   if (chunkwise) {
-    const size_t records =
-        size_t(tokens * shape.heads *
-               cuda::backwardRecordFloats(int(keys), int(values)));
+    const size_t records = size_t(
+        tokens * shape.heads *
+        cuda::backwardRecordFloats(int(keys), int(values),
+                                   cuda::backwardGates(int(keys), keyVector)));
     const size_t chunks =
         size_t(cuda::backwardSlots(shape.sequences, tokens) * shape.heads);
     return {records,
@@ -301,7 +303,8 @@ Package::backwardWorkspaceBytes(const DeviceForwardRequest &request) const {
   requireBackward();
   const std::vector<size_t> parts = backwardWorkspace(
       checkDeviceInputs(request), backwardKernels_.front().chunkwise, keyDim_,
-      valueDim_, size_t(keyDim_ * stateColumns()));
+      valueDim_, info_.normalForm.keyDecay == manifest::KeyDecay::Vector,
+      size_t(keyDim_ * stateColumns()));
   return std::accumulate(parts.begin(), parts.end(), size_t(0)) * sizeof(float);
 }
 
@@ -365,8 +368,10 @@ void Package::backwardDevice(const DeviceBackwardRequest &request) const {
         reinterpret_cast<const int64_t *>(cuSeqlens->address());
   }
   const bool chunkwise = backwardKernels_.front().chunkwise;
-  const std::vector<size_t> parts = backwardWorkspace(
-      shape, chunkwise, keyDim_, valueDim_, size_t(keyDim_ * stateColumns()));
+  const std::vector<size_t> parts =
+      backwardWorkspace(shape, chunkwise, keyDim_, valueDim_,
+                        info_.normalForm.keyDecay == manifest::KeyDecay::Vector,
+                        size_t(keyDim_ * stateColumns()));
   cuda::StreamBuffer workspace(
       std::accumulate(parts.begin(), parts.end(), size_t(0)) * sizeof(float),
       stream);

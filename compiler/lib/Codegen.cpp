@@ -1179,11 +1179,13 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
         segments->transitionBlocks, segments->compose.blockThreads.value(),
         segments->compose.sharedMemory.value());
   if (backward && chunkBackward)
-    out += fmt::format(
-        "static_assert(linac::cuda::backwardSharedBytes(Layer::K) == "
-        "{}, \"the plan's backward shared memory\");\n"
-        "LINAC_CHUNK_BACKWARD_KERNELS(Layer)\n",
-        plan.backwardSharedMemory.value());
+    out +=
+        fmt::format("static_assert(linac::cuda::backwardSharedBytes(Layer::K, "
+                    "linac::cuda::backwardGates(Layer::K, Layer::kKeyGate == "
+                    "linac::cuda::Gate::Vector)) == "
+                    "{}, \"the plan's backward shared memory\");\n"
+                    "LINAC_CHUNK_BACKWARD_KERNELS(Layer)\n",
+                    plan.backwardSharedMemory.value());
   else if (backward)
     out += "LINAC_SCAN_BACKWARD_KERNEL(Layer)\n";
   out += fmt::format(

@@ -316,12 +316,12 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
   plan.chunkSize = kChunkSize;
   if (gpu) {
     // The chunkwise backward (templates/linac/cuda/chunk_backward.h) takes
-    // a key-side gate the same on every channel, reading after the write,
-    // without a normaliser or a value-side decay; any other layer goes back
-    // token by token.
-    int64_t backwardBytes = cuda::backwardSharedBytes(int(state.getKeyDim()));
-    bool chunkBackward = form.keyDecay != KeyDecay::Vector &&
-                         !form.valueDecay && !form.normalizer &&
+    // any key-side gate, reading after the write, without a normaliser or a
+    // value-side decay; any other layer goes back token by token.
+    int keyDim = int(state.getKeyDim());
+    int64_t backwardBytes = cuda::backwardSharedBytes(
+        keyDim, cuda::backwardGates(keyDim, form.keyDecay == KeyDecay::Vector));
+    bool chunkBackward = !form.valueDecay && !form.normalizer &&
                          !form.readBefore &&
                          backwardBytes <= sharedMemoryLimit(target);
     plan.backwardFamily = chunkBackward ? plan.family : Family::Recurrent;

@@ -7,7 +7,7 @@
 // A GPU's source needs no nvcc.
 // RUN: env NVCC=/nonexistent/nvcc linac compile %s --emit=source --target sm_90a | FileCheck %s --check-prefix=CUDA
 // RUN: linac compile %examples/gdn2.mlir --emit=source | FileCheck %s --check-prefix=GDN2
-// RUN: env NVCC=/nonexistent/nvcc linac compile %examples/gdn2.mlir --emit=source --target sm_90a | FileCheck %s --check-prefix=SCANBWD
+// RUN: env NVCC=/nonexistent/nvcc linac compile %examples/rwkv6.mlir --emit=source --target sm_90a | FileCheck %s --check-prefix=SCANBWD
 // RUN: not linac compile %s --emit=binary 2>&1 | FileCheck %s --check-prefix=BADEMIT
 
 // MLIR: linac.layer @names
@@ -52,8 +52,8 @@
 
 // CUDA: #include "linac/cuda/layer.h"
 // CUDA: const auto state_1 = l2norm(arg_k, 1e-06f);  // %state = linac.l2norm %k
-// Under a scalar gate the backward is chunkwise: the prologue's and the
-// epilogue's reverses on the chunkwise kernels' types, a warp a token.
+// The backward is chunkwise: the prologue's and the epilogue's reverses on
+// the chunkwise kernels' types, a warp a token.
 // CUDA: struct ChunkBackward {
 // CUDA: static void prologueBackward(
 // CUDA: WarpVec<16> grad_arg_q{};
@@ -65,17 +65,19 @@
 // Decode fuses an erase and the write with its key into one op.
 // CUDA: struct Decode {
 // CUDA: state.eraseWrite(state_1, {{.*}}, arg_v, 1.0f);  // %S2 = linac.erase %S1, %state, %read; %S3 = linac.write %S2, %state, %v
-// CUDA: static_assert(linac::cuda::backwardSharedBytes(Layer::K) == {{[0-9]+}}
+// CUDA: static_assert(linac::cuda::backwardSharedBytes(Layer::K, {{.*}}) == {{[0-9]+}}
 // CUDA-NEXT: LINAC_CHUNK_BACKWARD_KERNELS(Layer)
 // CUDA-NOT: LINAC_SCAN_BACKWARD_KERNEL
 
-// Under a key-vector gate the backward's step runs token by token on the
-// scan's types: key vectors whole on every thread, value vectors a column a
-// thread.
+// Reading before the write (RWKV-6), the backward's step runs token by
+// token on the scan's types: key vectors whole on every thread, value
+// vectors a column a thread.
 // SCANBWD: struct ScanBackward {
 // SCANBWD: const auto step_before_{{[0-9]+}} = state.copy();
-// SCANBWD: FullVec<128> step_dk_{{[0-9]+}}{}, step_de_{{[0-9]+}}{};
-// SCANBWD: eraseBackward(dState,
+// SCANBWD: FullVec<128> grad_arg_r{};
+// SCANBWD-DAG: writeBackward(dState,
+// SCANBWD-DAG: readBackward(dState,
+// SCANBWD-DAG: decayBackward(dState,
 // SCANBWD-NOT: ChunkBackward
 // SCANBWD: LINAC_SCAN_BACKWARD_KERNEL(Layer)
 

@@ -18,13 +18,14 @@
 // CPU: extern "C" int linac_cpu_decode(
 // CPU-NOT: linac_cpu_backward
 
-// CUDA-NOT: ScanBackward
+// CUDA-NOT: Backward
 // CUDA: LINAC_CHUNK_KERNEL_BFLOAT16(Layer)
-// CUDA-NOT: LINAC_SCAN_BACKWARD_KERNEL
+// CUDA-NOT: BACKWARD_KERNEL
 // CUDA: LINAC_DECODE_KERNELS(Layer)
+// CUDA-NOT: BACKWARD_KERNEL
 
-// CUDA-FULL: struct ScanBackward {
-// CUDA-FULL: LINAC_SCAN_BACKWARD_KERNEL(Layer)
+// CUDA-FULL: struct ChunkBackward {
+// CUDA-FULL: LINAC_CHUNK_BACKWARD_KERNELS(Layer)
 
 // MANIFEST: "backward": false,
 // MANIFEST-NEXT: "backward_kernels": [],

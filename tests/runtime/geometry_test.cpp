@@ -71,17 +71,23 @@ TEST(Geometry, EveryChunkHasItsOwnSlot) {
 }
 
 TEST(Geometry, ChunkwiseBackwardSizes) {
-  // A record holds q, k and e (K each), u (V) and the log-gate; a prepared
-  // chunk P and T (C x C) and W and U' (C x K, C x V).
-  EXPECT_EQ(cuda::backwardRecordFloats(128, 128), 3 * 128 + 128 + 1);
+  // A record holds q, k and e (K each), u (V) and the log-gates (one, or
+  // one a key under a key-vector gate); a prepared chunk P and T (C x C),
+  // W, Q' and K' (C x K each), the decay (K) and U' (C x V).
+  EXPECT_EQ(
+      cuda::backwardRecordFloats(128, 128, cuda::backwardGates(128, false)),
+      3 * 128 + 128 + 1);
+  EXPECT_EQ(cuda::backwardRecordFloats(128, 64, cuda::backwardGates(128, true)),
+            3 * 128 + 64 + 128);
   constexpr int64_t C = cuda::kBackwardChunk;
   EXPECT_EQ(cuda::backwardPreparedFloats(128, 64),
-            2 * C * C + C * 128 + C * 64);
+            2 * C * C + 3 * C * 128 + 128 + C * 64);
   EXPECT_EQ(cuda::backwardColumnTiles(128), 128 / cuda::kBackwardColumns);
   EXPECT_EQ(cuda::backwardColumnTiles(cuda::kBackwardColumns + 1), 2);
   // Two blocks a multiprocessor at K = 128 on sm_90a (228 KiB, 1 KiB a
-  // block reserved).
-  EXPECT_LE(2 * (cuda::backwardSharedBytes(128) + 1024), 228 * 1024);
+  // block reserved) under a uniform gate, one under a key-vector gate.
+  EXPECT_LE(2 * (cuda::backwardSharedBytes(128, 1) + 1024), 228 * 1024);
+  EXPECT_LE(cuda::backwardSharedBytes(128, 128), 227 * 1024);
 }
 
 } // namespace

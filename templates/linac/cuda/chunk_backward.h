@@ -1,33 +1,33 @@
 //===- chunk_backward.h - the chunkwise backward on the GPU ----*- C++ -*-===//
 //
-// The gradients of a chunkwise layer under a key-side gate that is the same
-// on every channel (none, fixed or scalar), with an erase or without,
-// reading after the write, with no normaliser and no value-side decay, in
-// seven launches (abi.h), by chunks of kBackwardChunk tokens. Only the two
-// walks go chunk by chunk, a block a (column tile, head, sequence), and
-// they take only the products with the state; the rest runs for every
-// chunk at once:
+// The gradients of a chunkwise layer under any key-side gate (none, fixed,
+// scalar or a key vector), with an erase or without, reading after the
+// write, with no normaliser and no value-side decay, in seven launches
+// (abi.h), by chunks of kBackwardChunk tokens. Only the two walks go chunk
+// by chunk, a block a (column tile, head, sequence), and they take only the
+// products with the state; the rest runs for every chunk at once:
 //
 //   operands:  the generated prologue of every (token, head), a warp each,
 //              its operands in fp32 into the workspace;
-//   prepare:   every chunk's products without the state: P, and with an
-//              erase T = (I + A)^-1, W = T (Gamma (.) E) and U' = T U;
+//   prepare:   every chunk's products without the state: P, the walks'
+//              rows Q' and K' and the decay, and with an erase
+//              T = (I + A)^-1, W = T (Gamma (.) E) and U' = T U;
 //   states:    the walk forward: the state entering each chunk, and every
 //              token's read, from Delta = U' - W S;
 //   reads:     the generated epilogueBackward of every token: the output's
 //              gradient to the read's, in the read's place;
 //   state_gradients: the walk back: the gradient of the state leaving each
-//              chunk, through dR = T^T (P^T dO + K' dS);
+//              chunk, through dDelta = P^T dO + K' dS;
 //   chunks:    every chunk's operands' gradients (each column tile's share,
 //              added), by the formulas of the CPU's chunkBackward
-//              (products.cpp) under a uniform gate, from the two states;
+//              (products.cpp), from the two states;
 //   arguments: the generated prologueBackward of every token, the operands'
 //              gradients to the inputs' and parameters'.
 //
 // Every product is fp32 on the CUDA cores, whatever the activations. A
-// block's warps own the chunk's rows t = w, w + 8, ...; a row's reductions
-// over keys are warp sums, those over the pairs' other token sums in
-// shared memory.
+// block's warps own the chunk's rows t = w, w + 8, ... and its lanes the
+// keys or the columns; a pair's factor is a key's under a key-vector gate,
+// applied element by element, and a pair's alone otherwise.
 //
 //===----------------------------------------------------------------------===//
 
@@ -99,9 +99,11 @@ LINAC_DEVICE void forWarpItem(const linac_cuda_forward_args &args, F f) {
 /// Where a record's operands lie, in floats from its start.
 template <typename Layer> struct BackwardRecord {
   static constexpr int K = Layer::K, V = Layer::V;
+  static constexpr int kGates =
+      backwardGates(K, Layer::kKeyGate == Gate::Vector);
   static constexpr int kQ = 0, kK = K, kE = 2 * K, kU = 3 * K,
                        kGate = 3 * K + V;
-  static constexpr int64_t kFloats = backwardRecordFloats(K, V);
+  static constexpr int64_t kFloats = backwardRecordFloats(K, V, kGates);
 };
 
 template <typename Layer>
@@ -117,7 +119,9 @@ LINAC_DEVICE void backwardOperandsKernel(const linac_cuda_backward_args &args) {
     if constexpr (Layer::kErase)
       ops.e.store(record + Record::kE);
     ops.u.u.store(record + Record::kU);
-    if (laneId() == 0)
+    if constexpr (Layer::kKeyGate == Gate::Vector)
+      ops.gk.store(record + Record::kGate);
+    else if (laneId() == 0)
       record[Record::kGate] = ops.gk;
   });
 }
@@ -152,8 +156,15 @@ backwardArgumentsKernel(const linac_cuda_backward_args &args) {
       d.e = WarpVec<K>::load(grads + Record::kE);
     d.u = {WarpVec<V>::load(grads + Record::kU), 0.0f};
     // A log-gate raised to the floor passes no gradient.
-    const float gate = args.operands[item * Record::kFloats + Record::kGate];
-    d.gk = gate < kLogGateFloor ? 0.0f : grads[Record::kGate];
+    const float *const gates =
+        args.operands + item * Record::kFloats + Record::kGate;
+    if constexpr (Layer::kKeyGate == Gate::Vector)
+      d.gk = WarpVec<K>::load(gates).zip(
+          WarpVec<K>::load(grads + Record::kGate), [](float gate, float dg) {
+            return gate < kLogGateFloor ? 0.0f : dg;
+          });
+    else
+      d.gk = *gates < kLogGateFloor ? 0.0f : grads[Record::kGate];
     Layer::ChunkBackward::prologueBackward(
         AnyToken<Layer>{{args.forward, token, head}, args.dtype}, d,
         WarpGradients<Layer>{args, {args.forward, token, head}});
@@ -182,6 +193,9 @@ template <typename Layer> struct BackwardBlock {
   static constexpr int KP = K + 1, WP = W + 1, CP = C + 1;
   static constexpr int kWarps = kBackwardThreads / 32;
   static constexpr bool kErase = Layer::kErase;
+  /// Log-gates a token: one a key channel under a key-vector gate, else one.
+  static constexpr int G = backwardGates(K, Layer::kKeyGate == Gate::Vector);
+  static constexpr bool kUniform = G == 1;
   static_assert(C == 32 && W == 32 && C % kWarps == 0,
                 "a chunk's tokens and a block's columns are a warp's lanes");
   using Record = BackwardRecord<Layer>;
@@ -189,10 +203,16 @@ template <typename Layer> struct BackwardBlock {
   /// (i = lane, lane + 32, ...).
   static constexpr int kRows = C / kWarps, kKeys = (K + 31) / 32;
   using RowTile = float[kRows][kKeys];
-  // A chunk's prepared record: P, T = (I + A)^-1, W = T (Gamma (.) E) and
-  // U' = T U.
+  /// A warp's keys of the state (i = w, w + kWarps, ...), a lane a column.
+  static constexpr int kStateRows = (K + kWarps - 1) / kWarps;
+  // A chunk's prepared record: P, T = (I + A)^-1, W = T (Gamma (.) E),
+  // Q' = scale Gamma (.) Q, K' = (Gamma_C / Gamma) (.) K, the decay
+  // Gamma_C (a key each) and U' = T U.
   static constexpr int kPreparedP = 0, kPreparedT = C * C,
-                       kPreparedW = 2 * C * C, kPreparedU = 2 * C * C + C * K;
+                       kPreparedW = 2 * C * C, kPreparedQ = kPreparedW + C * K,
+                       kPreparedK = kPreparedQ + C * K,
+                       kPreparedDecay = kPreparedK + C * K,
+                       kPreparedU = kPreparedDecay + K;
   static_assert(kPreparedU + C * V == backwardPreparedFloats(K, V),
                 "the prepared record's floats");
 
@@ -200,19 +220,22 @@ template <typename Layer> struct BackwardBlock {
   int head, column;
   int64_t seq, begin, end;
   float scale;
-  // [C][KP]: the chunk's rows (the walk forward keeps W in e's place).
+  // [C][KP]: the chunk's rows (the walks take Q', K' and W in their places;
+  // the gate's sums take q's and k's at the end of a chunk's gradients).
   float *q, *k, *e;
   // [K][WP]: the state (entering the chunk) and the leaving state's gradient.
   float *S, *dS;
   // [C][WP]: the writes (u, then Delta), the reads' gradient, the writes'.
   float *delta, *dO, *dDelta;
-  // [C][CP]: the erase's pairs A (then their gradients' F (.) dA, or T in
-  // the walk back), the reads' pairs P = scale (q . k) F, and the reads'
-  // gradients' F (.) G (or T while the chunk is prepared).
+  // [C][CP]: the erase's pairs A (then dA), the reads' pairs P = scale
+  // (q . k) F, and the reads' gradients' scale G (or T while the chunk is
+  // prepared); under a uniform gate dA and G carry the pairs' factors F.
   float *pairsA, *pairsQ, *pairsG;
+  // [C][G]: cumulative floored log-gates from the chunk's start.
   double *lam;
-  // [C] each: sums over a token's pairs and reads.
-  float *leaving, *joining, *queryReads, *eraseReads, *writes, *kept;
+  // [K]: the state's decay over the chunk, a key each (the walks), and
+  // each key's term of S0 carried into the leaving state (the gradients).
+  float *decay, *kept;
 
   LINAC_DEVICE BackwardBlock(const linac_cuda_backward_args &args, float *smem,
                              int head, int column, int64_t seq)
@@ -236,60 +259,16 @@ template <typename Layer> struct BackwardBlock {
     pairsA = take(C * CP);
     pairsQ = take(C * CP);
     pairsG = take(C * CP);
-    lam = reinterpret_cast<double *>(take(2 * C));
-    leaving = take(C);
-    joining = take(C);
-    queryReads = take(C);
-    eraseReads = take(C);
-    writes = take(C);
-    kept = take(C);
+    lam = reinterpret_cast<double *>(take(2 * C * G));
+    decay = take(K);
+    kept = take(K);
   }
 
   LINAC_DEVICE static int warp() { return threadIdx.x / 32; }
   LINAC_DEVICE static int rowOf(int r) { return warp() + r * kWarps; }
   LINAC_DEVICE static int keyOf(int m) { return laneId() + 32 * m; }
-  /// A warp's keys of the state (i = w, w + kWarps, ...), a lane a column.
-  static constexpr int kStateRows = (K + kWarps - 1) / kWarps;
   LINAC_DEVICE static int stateRowOf(int m) { return warp() + m * kWarps; }
 
-  /// out[r] = sum_i rows[t_r][i] state[i][j] for the warp's rows t_r and
-  /// the lane's column j: each element of the state loaded once for all
-  /// the warp's rows.
-  LINAC_DEVICE static void
-  rowsTimesState(float (&out)[kRows], const float *rows, const float *state) {
-    const int j = laneId();
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      out[r] = 0.0f;
-    for (int i = 0; i < K; ++i) {
-      const float x = state[i * WP + j];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        out[r] += rows[rowOf(r) * KP + i] * x;
-    }
-  }
-  /// state[i][j] <- decay state[i][j] + sum_t rows[t][i] y_t(j) for the
-  /// warp's keys i and the lane's column j, y_t = term(t) once a token.
-  template <typename Term>
-  LINAC_DEVICE static void updateState(float *state, float decay,
-                                       const float *rows, Term term) {
-    const int j = laneId();
-    float x[kStateRows];
-#pragma unroll
-    for (int m = 0; m < kStateRows; ++m)
-      x[m] = stateRowOf(m) < K ? decay * state[stateRowOf(m) * WP + j] : 0.0f;
-    for (int t = 0; t < C; ++t) {
-      const float y = term(t);
-#pragma unroll
-      for (int m = 0; m < kStateRows; ++m)
-        if (stateRowOf(m) < K)
-          x[m] += rows[t * KP + stateRowOf(m)] * y;
-    }
-#pragma unroll
-    for (int m = 0; m < kStateRows; ++m)
-      if (stateRowOf(m) < K)
-        state[stateRowOf(m) * WP + j] = x[m];
-  }
   LINAC_DEVICE int64_t chunks() const { return (end - begin + C - 1) / C; }
   LINAC_DEVICE int width() const { return min(W, V - column); }
   LINAC_DEVICE int64_t slotIndex(int64_t c) const {
@@ -308,8 +287,73 @@ template <typename Layer> struct BackwardBlock {
   LINAC_DEVICE int64_t item(int64_t token) const {
     return token * args.forward.num_heads + head;
   }
-  LINAC_DEVICE float factor(int t, int s) const {
-    return expf(float(lam[t] - lam[s]));
+  /// Token t's cumulative log-gate of key i.
+  LINAC_DEVICE double lamOf(int t, int i) const {
+    return lam[t * G + (kUniform ? 0 : i)];
+  }
+  /// e^(lambda_t - lambda_s) of key i: at most 1 for s <= t.
+  LINAC_DEVICE float factor(int t, int s, int i) const {
+    return expf(float(lamOf(t, i) - lamOf(s, i)));
+  }
+  /// Gamma_t, Gamma_C / Gamma_t and Gamma_C of key i.
+  LINAC_DEVICE float gamma(int t, int i) const {
+    return expf(float(lamOf(t, i)));
+  }
+  LINAC_DEVICE float keyFactor(int t, int i) const {
+    return expf(float(lamOf(C - 1, i) - lamOf(t, i)));
+  }
+
+  /// out[r] = sum_i rows[t_r][i] f(t_r, i) state[i][j] for the warp's rows
+  /// t_r and the lane's column j: each element of the state loaded once for
+  /// all the warp's rows; f = 1 where it is `nullptr`.
+  /// Under a uniform gate f is a row's alone, applied once to its sum.
+  template <typename Factor = std::nullptr_t>
+  LINAC_DEVICE static void rowsTimesState(float (&out)[kRows],
+                                          const float *rows, const float *state,
+                                          Factor f = nullptr) {
+    constexpr bool kFactors = !std::is_same_v<Factor, std::nullptr_t>;
+    const int j = laneId();
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      out[r] = 0.0f;
+    for (int i = 0; i < K; ++i) {
+      const float x = state[i * WP + j];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float row = rows[rowOf(r) * KP + i];
+        if constexpr (kFactors && !kUniform)
+          row *= f(rowOf(r), i);
+        out[r] += row * x;
+      }
+    }
+    if constexpr (kFactors && kUniform)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        out[r] *= f(rowOf(r), 0);
+  }
+  /// state[i][j] <- decay[i] state[i][j] + sum_t rows[t][i] y_t(j) for the
+  /// warp's keys i and the lane's column j, y_t = term(t) once a token.
+  template <typename Term>
+  LINAC_DEVICE static void updateState(float *state, const float *decay,
+                                       const float *rows, Term term) {
+    const int j = laneId();
+    float x[kStateRows];
+#pragma unroll
+    for (int m = 0; m < kStateRows; ++m) {
+      const int i = stateRowOf(m);
+      x[m] = i < K ? (decay ? decay[i] : 1.0f) * state[i * WP + j] : 0.0f;
+    }
+    for (int t = 0; t < C; ++t) {
+      const float y = term(t);
+#pragma unroll
+      for (int m = 0; m < kStateRows; ++m)
+        if (stateRowOf(m) < K)
+          x[m] += rows[t * KP + stateRowOf(m)] * y;
+    }
+#pragma unroll
+    for (int m = 0; m < kStateRows; ++m)
+      if (stateRowOf(m) < K)
+        state[stateRowOf(m) * WP + j] = x[m];
   }
 
   /// A state of [K, V] in memory (null for zeros) into `to`, this block's
@@ -352,10 +396,10 @@ template <typename Layer> struct BackwardBlock {
       to[x / C * CP + x % C] = from[x];
   }
 
-  /// Chunk c's rows (zero past the sequence): q and k, e unless `erase` is
-  /// false, its writes u unless `writes` is false, its reads' gradients
-  /// when `gradients`; lam the cumulative floored log-gates, the last
-  /// repeated past the sequence. Returns its length.
+  /// Chunk c's rows (zero past the sequence): q and k, e with `erase`, its
+  /// writes u with `values`, its reads' gradients with `gradients`; lam the
+  /// cumulative floored log-gates, the last repeated past the sequence.
+  /// Returns its length.
   LINAC_DEVICE int loadChunk(int64_t c, bool erase, bool values,
                              bool gradients) {
     const int64_t start = begin + c * C;
@@ -371,26 +415,23 @@ template <typename Layer> struct BackwardBlock {
       loadColumns(delta, first + Record::kU, stride, length);
     if (gradients)
       loadColumns(dO, args.reads + item(start) * V, heads * V, length);
-    if (warp() == 0) {
-      const int t = laneId();
-      double sum = t < length
-                       ? double(floorLogGate(first[t * stride + Record::kGate]))
-                       : 0.0;
+    // A thread a gate channel sums its tokens' log-gates in fp64.
+    for (int g = threadIdx.x; g < G; g += kBackwardThreads) {
+      double sum = 0.0;
 #pragma unroll
-      for (int offset = 1; offset < 32; offset <<= 1) {
-        const double before = __shfl_up_sync(0xffffffffu, sum, offset);
-        if (t >= offset)
-          sum += before;
+      for (int t = 0; t < C; ++t) {
+        if (t < length)
+          sum += floorLogGate(first[t * stride + Record::kGate + g]);
+        lam[t * G + g] = sum;
       }
-      lam[t] = sum;
     }
     __syncthreads();
     return length;
   }
 
-  /// The chunk's pairs: P = scale (q . k) F on s <= t and, with an erase,
-  /// A = (e . k) F on s < t; lane s, each key of k_s loaded once for all
-  /// the warp's rows.
+  /// The chunk's pairs: P = scale sum_i q_ti k_si F_ts,i on s <= t and,
+  /// with an erase, A = sum_i e_ti k_si F_ts,i on s < t; lane s, each key
+  /// of k_s loaded once for all the warp's rows.
   LINAC_DEVICE void pairs() {
     const int s = laneId();
     float qk[kRows] = {}, ek[kRows] = {};
@@ -398,16 +439,19 @@ template <typename Layer> struct BackwardBlock {
       const float key = k[s * KP + i];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        qk[r] += q[rowOf(r) * KP + i] * key;
+        const int t = rowOf(r);
+        // A pair's factor of key i (1 under a uniform gate, applied below).
+        const float f = kUniform || s > t ? 1.0f : factor(t, s, i);
+        qk[r] += q[t * KP + i] * key * f;
         if constexpr (kErase)
-          ek[r] += e[rowOf(r) * KP + i] * key;
+          ek[r] += e[t * KP + i] * key * f;
       }
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int t = rowOf(r);
-      const float f = s <= t ? factor(t, s) : 0.0f;
-      pairsQ[t * CP + s] = scale * qk[r] * f;
+      const float f = s <= t && kUniform ? factor(t, s, 0) : 1.0f;
+      pairsQ[t * CP + s] = s <= t ? scale * qk[r] * f : 0.0f;
       if constexpr (kErase)
         pairsA[t * CP + s] = s < t ? ek[r] * f : 0.0f;
     }
@@ -420,10 +464,10 @@ template <typename Layer> struct BackwardBlock {
     if constexpr (kErase) {
       const int j = laneId();
       float eS[kRows];
-      rowsTimesState(eS, e, S);
+      rowsTimesState(eS, e, S, [&](int t, int i) { return gamma(t, i); });
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
-        delta[rowOf(r) * WP + j] -= expf(float(lam[rowOf(r)])) * eS[r];
+        delta[rowOf(r) * WP + j] -= eS[r];
       __syncthreads();
       if (warp() == 0)
         for (int t = 1; t < C; ++t) {
@@ -436,25 +480,25 @@ template <typename Layer> struct BackwardBlock {
     }
   }
 
-  /// S <- Gamma_C S + (K (.) Gamma_C / Gamma)^T Delta.
-  LINAC_DEVICE void advance() {
-    const int j = laneId();
-    updateState(S, expf(float(lam[C - 1])), k, [&](int t) {
-      return expf(float(lam[C - 1] - lam[t])) * delta[t * WP + j];
-    });
-    __syncthreads();
-  }
-
   /// Chunk c prepared (every chunk at once, a block a column tile): P, and
-  /// with an erase T = (I + A)^-1, W = T (Gamma (.) E) and this block's
-  /// columns of U' = T U; the first tile writes all but U'.
+  /// the walks' rows Q', K' and decay; with an erase T = (I + A)^-1, W = T
+  /// (Gamma (.) E) and this block's columns of U' = T U. The first tile
+  /// writes all but U'.
   LINAC_DEVICE void prepare(int64_t c) {
     loadChunk(c, true, kErase, false);
     pairs();
     float *const record = prepared(c);
-    if (column == 0)
+    if (column == 0) {
       for (int x = threadIdx.x; x < C * C; x += kBackwardThreads)
         record[kPreparedP + x] = pairsQ[x / C * CP + x % C];
+      for (int x = threadIdx.x; x < C * K; x += kBackwardThreads) {
+        const int t = x / K, i = x % K;
+        record[kPreparedQ + x] = scale * gamma(t, i) * q[t * KP + i];
+        record[kPreparedK + x] = keyFactor(t, i) * k[t * KP + i];
+      }
+      for (int i = threadIdx.x; i < K; i += kBackwardThreads)
+        record[kPreparedDecay + i] = gamma(C - 1, i);
+    }
     if constexpr (kErase) {
       // T by forward substitution on the identity's columns, a lane each.
       float *const T = pairsG;
@@ -475,7 +519,7 @@ template <typename Layer> struct BackwardBlock {
           const int t = x / K, i = x % K;
           float w = 0.0f;
           for (int s = 0; s <= t; ++s)
-            w += T[t * CP + s] * expf(float(lam[s])) * e[s * KP + i];
+            w += T[t * CP + s] * gamma(s, i) * e[s * KP + i];
           record[kPreparedW + x] = w;
         }
       }
@@ -490,9 +534,23 @@ template <typename Layer> struct BackwardBlock {
     }
   }
 
+  /// A walk's chunk c: its prepared P, Q' and K' (in q's and k's places),
+  /// W with an erase (in e's), the decay, and its length.
+  LINAC_DEVICE int loadWalk(int64_t c) {
+    const float *const record = prepared(c);
+    loadPairs(pairsQ, record + kPreparedP);
+    loadRows(q, record + kPreparedQ, K, C);
+    loadRows(k, record + kPreparedK, K, C);
+    if constexpr (kErase)
+      loadRows(e, record + kPreparedW, K, C);
+    for (int i = threadIdx.x; i < K; i += kBackwardThreads)
+      decay[i] = record[kPreparedDecay + i];
+    return int(min(int64_t(C), end - (begin + c * C)));
+  }
+
   /// The walk forward: the state entering each chunk into its slot, and the
-  /// reads o_t = scale Gamma_t q_t S + sum_{s <= t} P_ts Delta_s, Delta = U'
-  /// - W S with an erase, else U.
+  /// reads o = Q' S + P Delta, Delta = U' - W S with an erase, else U; then
+  /// S <- Gamma_C S + K'^T Delta.
   LINAC_DEVICE void walkForward() {
     loadState(S, args.forward.initial_state
                      ? args.forward.initial_state +
@@ -502,18 +560,14 @@ template <typename Layer> struct BackwardBlock {
     for (int64_t c = 0; c < chunks(); ++c) {
       __syncthreads();
       storeState(stateSlot(c), S);
-      const int length = loadChunk(c, false, false, false);
-      const float *const record = prepared(c);
-      loadPairs(pairsQ, record + kPreparedP);
-      if constexpr (kErase) {
-        loadRows(e, record + kPreparedW, K, C);
-        loadColumns(delta, record + kPreparedU, V, C);
-      } else {
+      const int length = loadWalk(c);
+      const int64_t start = begin + c * C;
+      if constexpr (kErase)
+        loadColumns(delta, prepared(c) + kPreparedU, V, length);
+      else
         loadColumns(delta,
-                    args.operands + item(begin + c * C) * Record::kFloats +
-                        Record::kU,
+                    args.operands + item(start) * Record::kFloats + Record::kU,
                     args.forward.num_heads * Record::kFloats, length);
-      }
       __syncthreads();
       if constexpr (kErase) {
         float wS[kRows];
@@ -525,7 +579,6 @@ template <typename Layer> struct BackwardBlock {
         }
         __syncthreads();
       }
-      const int64_t start = begin + c * C;
       float qS[kRows];
       rowsTimesState(qS, q, S);
 #pragma unroll
@@ -535,83 +588,55 @@ template <typename Layer> struct BackwardBlock {
         for (int s = 0; s <= t; ++s)
           paired += pairsQ[t * CP + s] * delta[s * WP + j];
         if (t < length && j < width())
-          args.reads[item(start + t) * V + column + j] =
-              scale * expf(float(lam[t])) * qS[r] + paired;
+          args.reads[item(start + t) * V + column + j] = qS[r] + paired;
       }
       __syncthreads();
-      advance();
+      updateState(S, decay, k, [&](int t) { return delta[t * WP + j]; });
     }
   }
 
-  /// dDelta_s = sum_t P_ts dO_t + (Gamma_C / Gamma_s) k_s dS.
-  LINAC_DEVICE void writesGradient() {
-    const float end = float(lam[C - 1]);
+  /// dDelta_s = sum_t P_ts dO_t + K'_s dS, K' = (Gamma_C / Gamma) (.) K:
+  /// the walk's prepared rows, or the raw keys through keyFactor.
+  template <bool Prepared> LINAC_DEVICE void writesGradient() {
     const int j = laneId();
     float kS[kRows];
-    rowsTimesState(kS, k, dS);
+    if constexpr (Prepared)
+      rowsTimesState(kS, k, dS);
+    else
+      rowsTimesState(kS, k, dS, [&](int t, int i) { return keyFactor(t, i); });
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int s = rowOf(r);
       float x = 0.0f;
       for (int t = s; t < C; ++t)
         x += pairsQ[t * CP + s] * dO[t * WP + j];
-      dDelta[s * WP + j] = x + expf(end - float(lam[s])) * kS[r];
-    }
-    __syncthreads();
-  }
-
-  /// dS0 = Gamma_C dS + (scale Gamma (.) Q)^T dO - (Gamma (.) E)^T dR, in
-  /// place of dS.
-  LINAC_DEVICE void carryGradient(const float *dR) {
-    const float decay = expf(float(lam[C - 1]));
-    const int j = laneId();
-    updateState(dS, decay, q, [&](int t) {
-      return scale * expf(float(lam[t])) * dO[t * WP + j];
-    });
-    if constexpr (kErase) {
-      __syncwarp();
-      updateState(dS, 1.0f, e,
-                  [&](int t) { return -expf(float(lam[t])) * dR[t * WP + j]; });
+      dDelta[s * WP + j] = x + kS[r];
     }
     __syncthreads();
   }
 
   /// The walk back: the gradient of the state leaving each chunk into its
-  /// slot, then the entering state's (dR = T^T dDelta with an erase).
+  /// slot, then the entering state's: dS <- Gamma_C dS + Q'^T dO - W^T
+  /// dDelta (with an erase; W^T dDelta = (Gamma (.) E)^T dR).
   LINAC_DEVICE void walkBackward() {
     const int64_t stateAt = stateOffset<Layer>(args.forward, seq, head);
     loadState(dS, args.d_final_state ? args.d_final_state + stateAt : nullptr);
+    const int j = laneId();
     for (int64_t c = chunks() - 1; c >= 0; --c) {
       __syncthreads();
       storeState(gradientSlot(c), dS);
-      loadChunk(c, true, false, true);
-      const float *const record = prepared(c);
-      loadPairs(pairsQ, record + kPreparedP);
-      if constexpr (kErase)
-        loadPairs(pairsA, record + kPreparedT);
+      const int length = loadWalk(c);
+      loadColumns(dO, args.reads + item(begin + c * C) * V,
+                  args.forward.num_heads * V, length);
       __syncthreads();
-      writesGradient();
-      if constexpr (kErase) {
-        const int j = laneId();
-        for (int t = warp(); t < C; t += kWarps) {
-          float x = 0.0f;
-          for (int s = t; s < C; ++s)
-            x += pairsA[s * CP + t] * dDelta[s * WP + j];
-          delta[t * WP + j] = x;
-        }
-        __syncthreads();
-      }
-      carryGradient(delta);
+      writesGradient<true>();
+      updateState(dS, decay, q, [&](int t) { return dO[t * WP + j]; });
+      if constexpr (kErase)
+        updateState(dS, nullptr, e, [&](int t) { return -dDelta[t * WP + j]; });
     }
+    __syncthreads();
     if (args.d_initial_state)
       storeState(args.d_initial_state + stateAt, dS);
-  }
-
-  /// Adds x, a warp's lanes' values, to *to from lane 0.
-  LINAC_DEVICE static void addWarpSum(float *to, float x) {
-    x = warpSum(x);
-    if (laneId() == 0)
-      *to += x;
   }
 
   /// Chunk c's operands' gradients, this block's columns' share (every
@@ -619,28 +644,26 @@ template <typename Layer> struct BackwardBlock {
   /// leaving it.
   LINAC_DEVICE void gradients(int64_t c) {
     const int64_t start = begin + c * C;
-    for (int t = threadIdx.x; t < 6 * C; t += kBackwardThreads)
-      leaving[t] = 0.0f; // and the five sums after it
+    for (int i = threadIdx.x; i < K; i += kBackwardThreads)
+      kept[i] = 0.0f;
     loadState(S, stateSlot(c));
     loadState(dS, gradientSlot(c));
     const int length = loadChunk(c, true, true, true);
     pairs();
     solveWrites();
     const int lane = laneId();
-    // G_ts = dO_t . Delta_s on s <= t: the pairs' terms of the gate
-    // (P_ts G_ts on s < t), and F (.) G scale.
+    // G_ts = dO_t . Delta_s on s <= t, times scale (and F under a uniform
+    // gate).
     for (int t = warp(); t < C; t += kWarps) {
       const int s = lane;
       float g = 0.0f;
       for (int j = 0; j < W; ++j)
         g += dO[t * WP + j] * delta[s * WP + j];
-      const float term = s < t ? pairsQ[t * CP + s] * g : 0.0f;
-      addWarpSum(&leaving[t], term);
-      atomicAdd(&joining[s], term);
-      pairsG[t * CP + s] = s <= t ? scale * factor(t, s) * g : 0.0f;
+      pairsG[t * CP + s] =
+          s <= t ? scale * g * (kUniform ? factor(t, s, 0) : 1.0f) : 0.0f;
     }
     __syncthreads();
-    writesGradient();
+    writesGradient<false>();
     if constexpr (kErase) {
       // dR = (I + A)^-T dDelta, backward substitution a lane a column.
       if (warp() == 0) {
@@ -653,17 +676,15 @@ template <typename Layer> struct BackwardBlock {
         }
       }
       __syncthreads();
-      // dA = -dR Delta^T on s < t: the gate's pair terms A_ts dA_ts, then
-      // F (.) dA in A's place.
+      // dA = -dR Delta^T on s < t (times F under a uniform gate), in A's
+      // place.
       for (int t = warp(); t < C; t += kWarps) {
         const int s = lane;
         float d = 0.0f;
         for (int j = 0; j < W; ++j)
           d -= dDelta[t * WP + j] * delta[s * WP + j];
-        const float term = s < t ? pairsA[t * CP + s] * d : 0.0f;
-        addWarpSum(&leaving[t], term);
-        atomicAdd(&joining[s], term);
-        pairsA[t * CP + s] = s < t ? factor(t, s) * d : 0.0f;
+        pairsA[t * CP + s] =
+            s < t ? d * (kUniform ? factor(t, s, 0) : 1.0f) : 0.0f;
       }
     }
     // The written values' gradient: dR with an erase, else dDelta; this
@@ -679,9 +700,11 @@ template <typename Layer> struct BackwardBlock {
     gateGradients(start, length);
   }
 
-  /// acc[r][m] += sum_s pair(t_r, s) x[s][i_m]: each step over s loads the
-  /// lane's keys of x once for all the warp's rows.
-  template <typename Pair>
+  /// acc[r][m] += sum over the pairs (t_r, s), s < t_r, of pair(t_r, s)
+  /// x[s][i_m] F_(t_r)s (when `Later`, the pairs (s, t_r), s > t_r, with
+  /// F_s(t_r)); F is 1 where the pairs carry it (a uniform gate). Each step
+  /// over s loads the lane's keys of x once for all the warp's rows.
+  template <bool Later, typename Pair>
   LINAC_DEVICE void pairProducts(RowTile &acc, Pair pair,
                                  const float *x) const {
     for (int s = 0; s < C; ++s) {
@@ -693,10 +716,17 @@ template <typename Layer> struct BackwardBlock {
       for (int m = 0; m < kKeys; ++m)
         v[m] = keyOf(m) < K ? x[s * KP + keyOf(m)] : 0.0f;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r)
+      for (int r = 0; r < kRows; ++r) {
+        const int t = rowOf(r);
+        if (Later ? s <= t : s >= t)
+          continue;
 #pragma unroll
         for (int m = 0; m < kKeys; ++m)
-          acc[r][m] += a[r] * v[m];
+          acc[r][m] += a[r] * v[m] *
+                       (kUniform ? 1.0f
+                        : Later  ? factor(s, t, keyOf(m))
+                                 : factor(t, s, keyOf(m)));
+      }
     }
   }
   /// acc[r][m] += sum_j y[t_r][j] state[i_m][j] over the block's columns.
@@ -717,118 +747,146 @@ template <typename Layer> struct BackwardBlock {
           acc[r][m] += a[r] * v[m];
     }
   }
-  /// For each of the warp's rows t: the gradient paired + f_t fromState
-  /// added to the record's operand at `offset` (t < length), and the gate's
-  /// term sum_i rows[t][i] f_t fromState[i] to sums[t].
-  template <typename Factor>
-  LINAC_DEVICE void
-  addRowGradients(int64_t start, int length, const RowTile &paired,
-                  const RowTile &fromState, Factor f, const float *rows,
-                  float *sums, int offset) const {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int t = rowOf(r);
-      const float factor = f(t);
-      float *const grads =
-          args.operand_grads + item(start + t) * Record::kFloats + offset;
-      float term = 0.0f;
-#pragma unroll
-      for (int m = 0; m < kKeys; ++m) {
-        const int i = keyOf(m);
-        if (i >= K)
-          continue;
-        const float stateTerm = factor * fromState[r][m];
-        term += rows[t * KP + i] * stateTerm;
-        if (t < length)
-          atomicAdd(grads + i, paired[r][m] + stateTerm);
-      }
-      addWarpSum(&sums[t], term);
-    }
-  }
 
   /// dq, dk and de of each row, this block's columns' share, added to the
-  /// workspace; and their sums for the gate.
+  /// workspace; then each (token, key)'s terms of the gate's gradient in
+  /// q's place (those that count for the tokens after it: the pairs'
+  /// terms joining less those leaving, and the writes) and k's (those that
+  /// count for it and the tokens before: the reads of S0), and each key's
+  /// carry of S0 in `kept`.
   LINAC_DEVICE void rowGradients(int64_t start, int length) {
-    const float end = float(lam[C - 1]);
+    RowTile after{}, upTo{};
+    auto addRow = [&](const RowTile &gradient, int offset) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int t = rowOf(r);
+        if (t >= length)
+          continue;
+        float *const grads =
+            args.operand_grads + item(start + t) * Record::kFloats + offset;
+#pragma unroll
+        for (int m = 0; m < kKeys; ++m)
+          if (keyOf(m) < K)
+            atomicAdd(grads + keyOf(m), gradient[r][m]);
+      }
+    };
+    auto row = [&](const float *rows, int r, int m) {
+      return keyOf(m) < K ? rows[rowOf(r) * KP + keyOf(m)] : 0.0f;
+    };
+    auto key = [&](int m) { return keyOf(m) < K ? keyOf(m) : 0; };
     {
-      // dq = (F (.) G) K + scale Gamma (dO S^T).
-      RowTile paired{}, fromState{};
-      pairProducts(
+      // dq = scale (G (.) F) K + scale Gamma (.) (dO S^T).
+      RowTile paired{}, read{};
+      pairProducts<false>(
           paired, [&](int t, int s) { return pairsG[t * CP + s]; }, k);
-      stateProducts(fromState, dO, S);
-      addRowGradients(
-          start, length, paired, fromState,
-          [&](int t) { return scale * expf(float(lam[t])); }, q, queryReads,
-          Record::kQ);
+      stateProducts(read, dO, S);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int m = 0; m < kKeys; ++m) {
+          const int t = rowOf(r);
+          const float x = row(q, r, m);
+          read[r][m] *= scale * gamma(t, key(m));
+          after[r][m] -= x * paired[r][m];
+          upTo[r][m] += x * read[r][m];
+          paired[r][m] += pairsG[t * CP + t] * row(k, r, m) + read[r][m];
+        }
+      addRow(paired, Record::kQ);
     }
     {
-      // dk = (F (.) G)^T Q + (F (.) dA)^T E + (Gamma_C / Gamma) (Delta dS^T).
-      RowTile paired{}, fromState{};
-      pairProducts(
+      // dk = scale (G (.) F)^T Q + (dA (.) F)^T E + (Gamma_C / Gamma) (.)
+      // (Delta dS^T).
+      RowTile paired{}, update{};
+      pairProducts<true>(
           paired, [&](int t, int s) { return pairsG[s * CP + t]; }, q);
       if constexpr (kErase)
-        pairProducts(
+        pairProducts<true>(
             paired, [&](int t, int s) { return pairsA[s * CP + t]; }, e);
-      stateProducts(fromState, delta, dS);
-      addRowGradients(
-          start, length, paired, fromState,
-          [&](int t) { return expf(end - float(lam[t])); }, k, writes,
-          Record::kK);
+      stateProducts(update, delta, dS);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int m = 0; m < kKeys; ++m) {
+          const int t = rowOf(r);
+          const float x = row(k, r, m);
+          update[r][m] *= keyFactor(t, key(m));
+          after[r][m] += x * (paired[r][m] + update[r][m]);
+          paired[r][m] += pairsG[t * CP + t] * row(q, r, m) + update[r][m];
+        }
+      addRow(paired, Record::kK);
     }
     if constexpr (kErase) {
-      // de = (F (.) dA) K - Gamma (dR S^T).
-      RowTile paired{}, fromState{};
-      pairProducts(
+      // de = (dA (.) F) K - Gamma (.) (dR S^T).
+      RowTile paired{}, erased{};
+      pairProducts<false>(
           paired, [&](int t, int s) { return pairsA[t * CP + s]; }, k);
-      stateProducts(fromState, dDelta, S);
-      addRowGradients(
-          start, length, paired, fromState,
-          [&](int t) { return -expf(float(lam[t])); }, e, eraseReads,
-          Record::kE);
+      stateProducts(erased, dDelta, S);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int m = 0; m < kKeys; ++m) {
+          const float x = row(e, r, m);
+          erased[r][m] *= -gamma(rowOf(r), key(m));
+          after[r][m] -= x * paired[r][m];
+          upTo[r][m] += x * erased[r][m];
+          paired[r][m] += erased[r][m];
+        }
+      addRow(paired, Record::kE);
     }
-    // S0 carried into the leaving state, each element's term.
-    const float decay = expf(end);
-    float carried = 0.0f;
-    for (int x = threadIdx.x; x < K * W; x += kBackwardThreads)
-      carried += decay * S[x / W * WP + x % W] * dS[x / W * WP + x % W];
-    carried = warpSum(carried);
-    if (laneId() == 0)
-      atomicAdd(&kept[0], carried);
+    // S0 carried into the leaving state, a key's terms.
+    for (int x = threadIdx.x; x < K * W; x += kBackwardThreads) {
+      const int i = x / W, j = x % W;
+      atomicAdd(&kept[i], gamma(C - 1, i) * S[i * WP + j] * dS[i * WP + j]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int m = 0; m < kKeys; ++m)
+        if (keyOf(m) < K) {
+          q[rowOf(r) * KP + keyOf(m)] = after[r][m];
+          k[rowOf(r) * KP + keyOf(m)] = upTo[r][m];
+        }
     __syncthreads();
   }
 
-  /// Each token's own log-gate's gradient, this block's columns' share:
-  /// what its gate scales (the CPU's gateGradients): the pairs straddling
-  /// it, the reads of S0 from its token on, the writes before it and S0's
-  /// carry into the leaving state.
+  /// Each token's own log-gate's gradient (a key's, or their sum under a
+  /// uniform gate), this block's columns' share: what its gate scales (the
+  /// CPU's gateGradients): the pairs straddling it and the writes before it
+  /// (q's place, summed over the tokens before), the reads of S0 from its
+  /// token on (k's place, over it and the tokens after) and S0's carry.
   LINAC_DEVICE void gateGradients(int64_t start, int length) {
-    if (warp() != 0)
-      return;
-    const int t = laneId();
-    double from = double(queryReads[t]) + double(eraseReads[t]);
-    double before = writes[t];
-    double straddling = double(joining[t]) - double(leaving[t]);
-    // Suffix sums of `from`, exclusive prefix sums of the others.
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const double later = __shfl_down_sync(0xffffffffu, from, offset);
-      const double earlier = __shfl_up_sync(0xffffffffu, before, offset);
-      const double straddled = __shfl_up_sync(0xffffffffu, straddling, offset);
-      if (t + offset < 32)
-        from += later;
-      if (t >= offset) {
-        before += earlier;
-        straddling += straddled;
+    // A thread a key: its column of the totals, in place of q's.
+    for (int i = threadIdx.x; i < K; i += kBackwardThreads) {
+      double before = 0.0, from = 0.0;
+      for (int t = 0; t < C; ++t)
+        from += k[t * KP + i];
+      for (int t = 0; t < C; ++t) {
+        const double total = before + from + double(kept[i]);
+        before += q[t * KP + i];
+        from -= k[t * KP + i];
+        q[t * KP + i] = float(total);
       }
     }
-    before -= writes[t];
-    straddling -= double(joining[t]) - double(leaving[t]);
-    if (t < length)
-      atomicAdd(args.operand_grads + item(start + t) * Record::kFloats +
-                    Record::kGate,
-                float(straddling + from + before + double(kept[0])));
+    __syncthreads();
+    float *const grads = args.operand_grads + Record::kGate;
+    if constexpr (kUniform) {
+      for (int t = warp(); t < length; t += kWarps) {
+        float sum = 0.0f;
+        for (int i = laneId(); i < K; i += 32)
+          sum += q[t * KP + i];
+        sum = warpSum(sum);
+        if (laneId() == 0)
+          atomicAdd(grads + item(start + t) * Record::kFloats, sum);
+      }
+    } else {
+      for (int x = threadIdx.x; x < length * K; x += kBackwardThreads)
+        atomicAdd(grads + item(start + x / K) * Record::kFloats + x % K,
+                  q[x / K * KP + x % K]);
+    }
   }
 };
+
 /// The walks: a block a (column tile, head, sequence).
 template <typename Layer>
 LINAC_DEVICE BackwardBlock<Layer>

@@ -306,17 +306,22 @@ LINAC_GEOMETRY int64_t checkpointSlots(int64_t seqs, int64_t tokens) {
 inline constexpr int kBackwardChunk = 32;
 inline constexpr int kBackwardColumns = 32;
 inline constexpr int kBackwardThreads = 256;
+/// The log-gates of a token the chunkwise backward keeps: one a key under
+/// a key-vector gate, else one.
+LINAC_GEOMETRY int backwardGates(int keys, bool keyVector) {
+  return keyVector ? keys : 1;
+}
 /// Floats of one (token, head)'s record of operands, or of their gradients,
 /// in the chunkwise backward's workspace: q, k and e (K each), u (V) and the
-/// key-side log-gate.
-LINAC_GEOMETRY int64_t backwardRecordFloats(int keys, int values) {
-  return 3 * int64_t(keys) + values + 1;
+/// key-side log-gates.
+LINAC_GEOMETRY int64_t backwardRecordFloats(int keys, int values, int gates) {
+  return 3 * int64_t(keys) + values + gates;
 }
 /// Floats of a chunk's prepared record (chunk_backward.h): P and T (C x C
-/// each), W (C x K) and U' (C x V).
+/// each), W, Q' and K' (C x K each), the decay (K) and U' (C x V).
 LINAC_GEOMETRY int64_t backwardPreparedFloats(int keys, int values) {
   return 2 * int64_t(kBackwardChunk) * kBackwardChunk +
-         int64_t(kBackwardChunk) * (keys + values);
+         int64_t(kBackwardChunk) * (3 * keys + values) + keys;
 }
 /// The slot of sequence `seq`'s c-th backward chunk among backwardSlots, as
 /// checkpointSlot's.
@@ -334,16 +339,16 @@ LINAC_GEOMETRY int backwardColumnTiles(int values) {
 /// q, k and e rows (K + 1 floats apart, so that a warp reading one column
 /// of them meets every bank once), the state and its gradient (K rows of
 /// kBackwardColumns + 1), the writes, the reads' gradient and the writes'
-/// (C rows of kBackwardColumns + 1), three C x (C + 1) arrays of pairs, and
-/// kBackwardChunk doubles of cumulative log-gates and eight of per-token sums.
-LINAC_GEOMETRY int backwardSharedFloats(int keys) {
+/// (C rows of kBackwardColumns + 1), three C x (C + 1) arrays of pairs, the
+/// cumulative log-gates (C x gates doubles) and two floats a key.
+LINAC_GEOMETRY int backwardSharedFloats(int keys, int gates) {
   return 3 * kBackwardChunk * (keys + 1) + 2 * keys * (kBackwardColumns + 1) +
          3 * kBackwardChunk * (kBackwardColumns + 1) +
-         3 * kBackwardChunk * (kBackwardChunk + 1) + 2 * kBackwardChunk +
-         8 * kBackwardChunk;
+         3 * kBackwardChunk * (kBackwardChunk + 1) +
+         2 * kBackwardChunk * gates + 2 * keys;
 }
-LINAC_GEOMETRY int backwardSharedBytes(int keys) {
-  return backwardSharedFloats(keys) * 4;
+LINAC_GEOMETRY int backwardSharedBytes(int keys, int gates) {
+  return backwardSharedFloats(keys, gates) * 4;
 }
 
 /// Threads of the recurrent scan's block: thread j holds value column j,

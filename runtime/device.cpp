@@ -298,13 +298,19 @@ static std::vector<size_t> backwardWorkspace(const ForwardShape &shape,
               stateSize};
 }
 
+std::vector<size_t>
+Package::backwardWorkspaceParts(const ForwardShape &shape) const {
+  return backwardWorkspace(
+      shape, backwardKernels_.front().chunkwise, keyDim_, valueDim_,
+      info_.normalForm.keyDecay == manifest::KeyDecay::Vector,
+      size_t(keyDim_ * stateColumns()));
+}
+
 size_t
 Package::backwardWorkspaceBytes(const DeviceForwardRequest &request) const {
   requireBackward();
-  const std::vector<size_t> parts = backwardWorkspace(
-      checkDeviceInputs(request), backwardKernels_.front().chunkwise, keyDim_,
-      valueDim_, info_.normalForm.keyDecay == manifest::KeyDecay::Vector,
-      size_t(keyDim_ * stateColumns()));
+  const std::vector<size_t> parts =
+      backwardWorkspaceParts(checkDeviceInputs(request));
   return std::accumulate(parts.begin(), parts.end(), size_t(0)) * sizeof(float);
 }
 
@@ -368,10 +374,7 @@ void Package::backwardDevice(const DeviceBackwardRequest &request) const {
         reinterpret_cast<const int64_t *>(cuSeqlens->address());
   }
   const bool chunkwise = backwardKernels_.front().chunkwise;
-  const std::vector<size_t> parts =
-      backwardWorkspace(shape, chunkwise, keyDim_, valueDim_,
-                        info_.normalForm.keyDecay == manifest::KeyDecay::Vector,
-                        size_t(keyDim_ * stateColumns()));
+  const std::vector<size_t> parts = backwardWorkspaceParts(shape);
   cuda::StreamBuffer workspace(
       std::accumulate(parts.begin(), parts.end(), size_t(0)) * sizeof(float),
       stream);

@@ -269,6 +269,8 @@ private:
   void requireTarget(bool device) const;
   /// Refuses a backward call on a package compiled without its backward.
   void requireBackward() const;
+  /// The parts of a backward call's workspace at `shape`, in floats.
+  std::vector<size_t> backwardWorkspaceParts(const ForwardShape &shape) const;
   /// The checks both forward passes share, on the tensors' shapes by name.
   ForwardShape
   checkShapes(const std::map<std::string, std::vector<int64_t>> &shapes,

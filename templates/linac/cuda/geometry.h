@@ -241,15 +241,17 @@ LINAC_GEOMETRY int warpgroupThreads(int values) {
 /// (the consumers') and each consumer's cumulative sums of the log-gates;
 /// each consumer's bf16 copy of its state columns (K x 64); the reads as
 /// 16-bit tiles of 64 tokens (with an erase the reads take U's tiles). With
-/// one: the producer's A, then T, in fp32 (C rows of `aStride` floats), the
-/// diagonal blocks' inverses (C rows of `inverseStride`) and a scratch tile
-/// a producer warp. Then the staged input rows (`inputRowBytes` a token, at
-/// a 128-byte boundary as tensor copies need), the parameters, and the
-/// rows' mbarrier.
+/// one, from a 1024-byte boundary: the diagonal blocks' inverses (C rows of
+/// `inverseStride`) and a scratch tile a producer warp, over which the
+/// solved T lies as a swizzled bf16 tile of 64 x 64 for the consumers until
+/// the next solve takes them back; the producer's A, then T, in fp32 (C
+/// rows of `aStride` floats). Then the staged input rows (`inputRowBytes` a
+/// token, at a 128-byte boundary as tensor copies need), the parameters,
+/// and the rows' mbarrier.
 struct WarpgroupMap {
   static constexpr int aStride = kChunkSize + 4, inverseStride = 20;
-  int64_t q, k, v, w, p, bufferBytes, scaledV, gates, cumulativeGates, a,
-      inverses, scratch, states, reads, inputRows, params, rowBarrier, bytes;
+  int64_t q, k, v, w, p, bufferBytes, scaledV, gates, cumulativeGates, inverses,
+      scratch, a, states, reads, inputRows, params, rowBarrier, bytes;
 
   LINAC_GEOMETRY WarpgroupMap(int keys, int values, Gate gate, bool erase,
                               int64_t inputRowBytes, int64_t paramBytes)
@@ -261,13 +263,13 @@ struct WarpgroupMap {
         gates(scaledV +
               (gate == Gate::None || erase ? 0 : 2 * kChunkSize * values)),
         cumulativeGates(gates + 2 * 4 * kChunkSize),
-        a(cumulativeGates + (erase ? 0 : (values / 64) * 4 * kChunkSize)),
-        inverses(a + (erase ? 4 * kChunkSize * aStride : 0)),
+        inverses((cumulativeGates +
+                  (erase ? 0 : (values / 64) * 4 * kChunkSize) + 1023) /
+                 1024 * 1024),
         scratch(inverses + (erase ? 4 * kChunkSize * inverseStride : 0)),
-        states((scratch +
-                (erase ? 4 * kProducerWarps * kPipelineScratchFloats : 0) +
-                1023) /
-               1024 * 1024),
+        a(scratch + (erase ? 4 * kProducerWarps * kPipelineScratchFloats : 0)),
+        states((a + (erase ? 4 * kChunkSize * aStride : 0) + 1023) / 1024 *
+               1024),
         reads(states + (erase ? 0 : (values / 64) * 2 * keys * 64)),
         inputRows((reads + (erase ? 0 : 2 * kChunkSize * values) + 127) / 128 *
                   128),

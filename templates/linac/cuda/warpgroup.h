@@ -39,7 +39,8 @@ enum WarpgroupBarrier : int {
   kConsumers = 5,     // every consumer
   kConsumerGroup = 6, // and 7: one consumer warpgroup
   kRowsRead = 8,      // every producer warp
-  kProducer = 9       // every producer warp, with an erase
+  kProducer = 9,      // every producer warp, with an erase
+  kSolvedRead = 10    // the consumers arrive, the producer waits
 };
 
 /// Registers a producer and a consumer thread take (setmaxnreg), within
@@ -243,17 +244,18 @@ LINAC_DEVICE void writeReads(const linac_cuda_forward_args &args, char *tiles,
 /// E in W's place) and raw log-gates are in buffer offset `b`, by its eight
 /// warps (warp `warp`): the cumulative log-gates in place; A = E K^T
 /// (first warpgroup) and, when `reads`, P = scale Q K^T (second), masked
-/// and scaled by e^(lambda_t - lambda_s); T = (I + A)^-1 (invertUnitLower);
-/// then warpgroup h turns its column tile h of U into U' = T U (when
-/// `values`) and of E into W = T (E (.) Gamma), in place.
+/// and scaled by e^(lambda_t - lambda_s); T = (I + A)^-1 (invertUnitLower),
+/// once the consumers have read the previous chunk's T (`afterSolved`);
+/// then T as a bf16 tile over the inverses, for the consumers.
 template <typename Layer>
 LINAC_DEVICE void prepareErase(char *base, uint32_t b, float *lambda,
-                               bool reads, bool values, float scale, int warp) {
+                               bool reads, bool afterSolved, float scale,
+                               int warp) {
   constexpr int C = Layer::kChunkSize, K = Layer::K, V = Layer::V;
   constexpr Gate G = Layer::kKeyGate;
   constexpr WarpgroupMap kMap = warpgroupMap<Layer>();
   constexpr int AS = WarpgroupMap::aStride, IS = WarpgroupMap::inverseStride;
-  constexpr int Tile = C * wgmma::kRowBytes, Step = 16 * wgmma::kRowBytes;
+  constexpr int Tile = C * wgmma::kRowBytes;
   static_assert(kPipelineGroupWarps == kProducerWarps,
                 "the producer solves as a pipelined group does");
   auto sync = [] { barrierWait(kProducer, 32 * kProducerWarps); };
@@ -307,54 +309,39 @@ LINAC_DEVICE void prepareErase(char *base, uint32_t b, float *lambda,
     }
   }
   sync();
+  if (afterSolved)
+    barrierWait(kSolvedRead, warpgroupThreads(V));
   invertUnitLower<AS, IS>(a, reinterpret_cast<float *>(base + kMap.inverses),
                           reinterpret_cast<float *>(base + kMap.scratch), warp,
                           sync);
-  // T's rows of this warp as A fragments (column factors Gamma_s for W).
-  auto solved = [&](int64_t tiles, bool gated) {
-    const int lane = laneId();
-    const float *const top = a + (warpRow + lane / 4) * AS;
-    uint32_t t[C / 16][4];
+  // T into its tile, eight columns (a 16-byte piece) a step.
+  static_assert(kMap.a - kMap.inverses >= C * wgmma::kRowBytes &&
+                    kMap.inverses % wgmma::kAtomBytes == 0,
+                "T's tile fits over the inverses and the scratch");
+  for (int piece = threadIdx.x; piece < C * C / 8;
+       piece += 32 * kProducerWarps) {
+    const int t = piece / (C / 8), s = piece % (C / 8) * 8;
+    Run<__nv_bfloat16, 8> run;
 #pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int col = 16 * s + 8 * half + 2 * (lane % 4);
-        const float lo = gated ? gateFactor(gateOf(col)) : 1.0f;
-        const float hi = gated ? gateFactor(gateOf(col + 1)) : 1.0f;
-        t[s][2 * half] = packPair(top[col] * lo, top[col + 1] * hi);
-        t[s][2 * half + 1] =
-            packPair(top[8 * AS + col] * lo, top[8 * AS + col + 1] * hi);
-      }
-    const uint64_t m = wgmma::descriptor(base + tiles);
-    wgmma::Accumulator x;
-    wgmma::fence();
-#pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-      wgmma::mma<true>(x, t[s], wgmma::advance(m, b + group * Tile + s * Step),
-                       s > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
-    x.pin();
-    storeAccumulator<__nv_bfloat16>(x, base + b + tiles, C, 0, group);
-  };
-  static_assert(V == 2 * wgmma::kTileColumns, "a column tile of U a group");
-  if (values)
-    solved(kMap.v, false);
-  if (group < K / wgmma::kTileColumns)
-    solved(kMap.w, true);
+    for (int i = 0; i < 8; ++i)
+      run.x[i] = __float2bfloat16(a[t * AS + s + i]);
+    *reinterpret_cast<Run<__nv_bfloat16, 8> *>(
+        base + kMap.inverses + wgmma::swizzledOffset(C, t, s)) = run;
+  }
   wgmma::fenceShared();
 }
 
 /// The consumers with an erase: consumer g holds S^T's rows 64g..64g+63
 /// (value columns) by every key in fp32 accumulators and feeds them to
 /// the products as A fragments, so no copy of the state is in shared
-/// memory. A chunk: D^T = S0^T W^T and X^T = S0^T Q^T, Delta^T = U'^T -
-/// D^T, then O^T = scale Gamma (.) X^T + Delta^T P^T and S^T <- Gamma_C
-/// S^T + (Delta (.) Gamma_C / Gamma)^T K with Delta^T as A fragments too.
-/// The reads replace U' in the buffer's tile, stored by a tensor copy or
-/// read by the generated epilogue; then `stage(c + 2)` fills the buffer
-/// with chunk c + 2's operands for the producer to solve.
+/// memory. A chunk: D^T = S0^T E^T, Y^T = U^T - D^T (.) Gamma and Delta^T =
+/// Y^T T^T (so that Delta = U' - W S0 with U' = T U and W = T (Gamma (.)
+/// E), which no one forms); X^T = S0^T Q^T, then O^T = scale Gamma (.) X^T
+/// + Delta^T P^T and S^T <- Gamma_C S^T + (Delta (.) Gamma_C / Gamma)^T K
+/// with Delta^T as A fragments too. The reads replace U in the buffer's
+/// tile, stored by a tensor copy or read by the generated epilogue; then
+/// `stage(c + 2)` fills the buffer with chunk c + 2's operands for the
+/// producer to solve.
 template <typename Layer, typename T, typename Length, typename Stage>
 LINAC_DEVICE void consumeErase(const linac_cuda_forward_args &args,
                                const ChunkWork &work, char *base,
@@ -400,8 +387,9 @@ LINAC_DEVICE void consumeErase(const linac_cuda_forward_args &args,
     }
   const uint64_t queries = wgmma::descriptor(base + kMap.q);
   const uint64_t keys = wgmma::descriptor(base + kMap.k);
-  const uint64_t weights = wgmma::descriptor(base + kMap.w);
+  const uint64_t erased = wgmma::descriptor(base + kMap.w);
   const uint64_t pairs = wgmma::descriptor(base + kMap.p);
+  const uint64_t solved = wgmma::descriptor(base + kMap.inverses);
 
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t start = work.begin + c * C;
@@ -413,9 +401,9 @@ LINAC_DEVICE void consumeErase(const linac_cuda_forward_args &args,
     const float last = G == Gate::Scalar ? lambda[C - 1] : 0.0f;
     auto gateOf = [&](int i) { return G == Gate::Scalar ? lambda[i] : 0.0f; };
 
-    // Three rounds of products, so that no more than 144 accumulator and
+    // Rounds of products, so that no more than 144 accumulator and
     // fragment registers are live at once beside the state's 64 (more made
-    // ptxas serialise every wgmma): D^T; then O^T; then the state.
+    // ptxas serialise every wgmma): D^T; Delta^T; then O^T; then the state.
     uint32_t entering[K / 16][4];
 #pragma unroll
     for (int s = 0; s < K / 16; ++s)
@@ -425,19 +413,35 @@ LINAC_DEVICE void consumeErase(const linac_cuda_forward_args &args,
 #pragma unroll
     for (int s = 0; s < K / 16; ++s)
       wgmma::mma<false>(d, entering[s],
-                        wgmma::advance(weights, b + s / 4 * Tile + s % 4 * 32),
+                        wgmma::advance(erased, b + s / 4 * Tile + s % 4 * 32),
                         s > 0);
     wgmma::commit();
     wgmma::wait<0>();
     d.pin();
-    // Delta^T = U'^T - D^T (the identity's transition has no values).
+    // Y^T = U^T - D^T (.) Gamma, a factor a token (a column of D^T; the
+    // identity's transition has no values), then Delta^T = Y^T T^T.
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      d.x[i] *= G == Gate::Scalar
+                    ? -gateFactor(gateOf(wgmma::accumulatorColumn(i)))
+                    : -1.0f;
     if (values)
       forAccumulatorOf<true>(tiles, C, 0, g,
-                             [&](int i, float u) { d.x[i] = u - d.x[i]; });
-    else
+                             [&](int i, float u) { d.x[i] += u; });
+    uint32_t writes[C / 16][4];
 #pragma unroll
-      for (int i = 0; i < 32; ++i)
-        d.x[i] = -d.x[i];
+    for (int s = 0; s < C / 16; ++s)
+      wgmma::fragmentOf(writes[s], d, s);
+    wgmma::fence();
+#pragma unroll
+    for (int s = 0; s < C / 16; ++s)
+      wgmma::mma<false>(d, writes[s], wgmma::advance(solved, s * 32), s > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    d.pin();
+    // The producer may solve the next chunk over T's tile.
+    if (c + 1 < chunks)
+      barrierArrive(kSolvedRead, Threads);
     uint32_t delta[C / 16][4];
 #pragma unroll
     for (int s = 0; s < C / 16; ++s)
@@ -667,8 +671,8 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
       for (int64_t c = 0; c < chunks; ++c) {
         barrierWait(kOperandsRead + int(c % 2), Threads);
         prepareErase<Layer>(base, uint32_t(c % 2 * kMap.bufferBytes),
-                            gates + c % 2 * C, work.reads,
-                            work.identityFrom < 0, scale, threadIdx.x / 32);
+                            gates + c % 2 * C, work.reads, c > 0, scale,
+                            threadIdx.x / 32);
         barrierArrive(kOperandsIn + int(c % 2), Threads);
       }
     } else {

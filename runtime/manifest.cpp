@@ -393,17 +393,27 @@ std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file) {
   if (plan.backwardFamily.value_or(Family::Recurrent) == Family::Recurrent)
     return {{"linac_scan_backward", file, DType::Float32, Family::Recurrent,
              plan.scanBlockThreads, int64_t(0)}};
-  // The kernels whose blocks walk the state take shared memory.
-  const std::pair<const char *, bool> launches[] = {
-      {"operands", false}, {"prepare", true},         {"states", true},
-      {"reads", false},    {"state_gradients", true}, {"chunks", true},
-      {"arguments", false}};
+  // The kernels whose blocks hold a chunk take shared memory; the walks'
+  // blocks have more threads.
+  struct Launch {
+    const char *name;
+    bool chunkBlocks;
+    int threads;
+  };
+  const Launch launches[] = {
+      {"operands", false, cuda::kBackwardThreads},
+      {"prepare", true, cuda::kBackwardThreads},
+      {"states", true, cuda::kBackwardWalkThreads},
+      {"reads", false, cuda::kBackwardThreads},
+      {"state_gradients", true, cuda::kBackwardWalkThreads},
+      {"chunks", true, cuda::kBackwardThreads},
+      {"arguments", false, cuda::kBackwardThreads}};
   std::vector<Kernel> kernels;
-  for (auto [name, stateBlocks] : launches)
+  for (const Launch &launch : launches)
     kernels.push_back(
-        {std::string("linac_backward_") + name, file, DType::Float32,
-         *plan.backwardFamily, int64_t(cuda::kBackwardThreads),
-         stateBlocks ? plan.backwardSharedMemory.value() : int64_t(0)});
+        {std::string("linac_backward_") + launch.name, file, DType::Float32,
+         *plan.backwardFamily, int64_t(launch.threads),
+         launch.chunkBlocks ? plan.backwardSharedMemory.value() : int64_t(0)});
   return kernels;
 }
 

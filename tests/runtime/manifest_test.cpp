@@ -1,5 +1,6 @@
 //===- manifest_test.cpp - the manifest's schema --------------------------===//
 
+#include "linac/cuda/geometry.h"
 #include "linac/manifest.h"
 
 #include <gtest/gtest.h>
@@ -111,7 +112,8 @@ TEST(Manifest, KernelListFollowsThePlan) {
   EXPECT_EQ(backward.front().entry, "linac_scan_backward");
   EXPECT_EQ(backward.front().blockThreads, plan.scanBlockThreads);
   // chunkwise seven in launch order, those whose blocks take a chunk's
-  // columns with the plan's shared memory.
+  // columns with the plan's shared memory, the two walks' with more
+  // threads.
   plan.backwardFamily = schema::Family::DeltaChunkwise;
   plan.backwardSharedMemory = 109952;
   std::vector<std::string> chunkwise;
@@ -122,6 +124,10 @@ TEST(Manifest, KernelListFollowsThePlan) {
                           kernel.entry == "linac_backward_reads" ||
                           kernel.entry == "linac_backward_arguments";
     EXPECT_EQ(kernel.sharedMemory, perToken ? 0 : 109952);
+    const bool walk = kernel.entry == "linac_backward_states" ||
+                      kernel.entry == "linac_backward_state_gradients";
+    EXPECT_EQ(kernel.blockThreads, walk ? linac::cuda::kBackwardWalkThreads
+                                        : linac::cuda::kBackwardThreads);
   }
   EXPECT_EQ(chunkwise,
             (std::vector<std::string>{

@@ -184,14 +184,14 @@ LINAC_DEVICE bool backwardChunkAt(const linac_cuda_forward_args &args,
   return start < end;
 }
 
-/// A block of the chunkwise backward: value columns [column, column + W)
-/// of one head of one sequence, a chunk of C tokens at a time, in shared
-/// memory.
-template <typename Layer> struct BackwardBlock {
+/// A block of the chunkwise backward of `Threads` threads: value columns
+/// [column, column + W) of one head of one sequence, a chunk of C tokens at
+/// a time, in shared memory.
+template <typename Layer, int Threads = kBackwardThreads> struct BackwardBlock {
   static constexpr int K = Layer::K, V = Layer::V, C = kBackwardChunk,
                        W = kBackwardColumns;
   static constexpr int KP = K + 1, WP = W + 1, CP = C + 1;
-  static constexpr int kWarps = kBackwardThreads / 32;
+  static constexpr int kWarps = Threads / 32;
   static constexpr bool kErase = Layer::kErase;
   /// Log-gates a token: one a key channel under a key-vector gate, else one.
   static constexpr int G = backwardGates(K, Layer::kKeyGate == Gate::Vector);
@@ -356,16 +356,39 @@ template <typename Layer> struct BackwardBlock {
         state[stateRowOf(m) * WP + j] = x[m];
   }
 
+  /// Copies N elements into shared memory, element x from `load(x)` to
+  /// `to[at(x)]`, each thread's elements all loaded into registers before
+  /// it stores any, so that their loads are in flight together.
+  template <int N, typename Load, typename At>
+  LINAC_DEVICE static void copyIn(float *to, Load load, At at) {
+    constexpr int Each = (N + Threads - 1) / Threads;
+    float x[Each];
+#pragma unroll
+    for (int m = 0; m < Each; ++m) {
+      const int element = threadIdx.x + m * Threads;
+      x[m] = element < N ? load(element) : 0.0f;
+    }
+#pragma unroll
+    for (int m = 0; m < Each; ++m) {
+      const int element = threadIdx.x + m * Threads;
+      if (element < N)
+        to[at(element)] = x[m];
+    }
+  }
+
   /// A state of [K, V] in memory (null for zeros) into `to`, this block's
   /// columns; and back.
   LINAC_DEVICE void loadState(float *to, const float *from) const {
-    for (int x = threadIdx.x; x < K * W; x += kBackwardThreads) {
-      const int i = x / W, j = x % W;
-      to[i * WP + j] = from && j < width() ? from[i * V + column + j] : 0.0f;
-    }
+    copyIn<K * W>(
+        to,
+        [&](int x) {
+          const int i = x / W, j = x % W;
+          return from && j < width() ? from[i * V + column + j] : 0.0f;
+        },
+        [](int x) { return x / W * WP + x % W; });
   }
   LINAC_DEVICE void storeState(float *to, const float *from) const {
-    for (int x = threadIdx.x; x < K * W; x += kBackwardThreads) {
+    for (int x = threadIdx.x; x < K * W; x += Threads) {
       const int i = x / W, j = x % W;
       if (j < width())
         to[i * V + column + j] = from[i * WP + j];
@@ -376,24 +399,31 @@ template <typename Layer> struct BackwardBlock {
   /// `length` on).
   LINAC_DEVICE void loadRows(float *to, const float *rows, int64_t stride,
                              int length) const {
-    for (int x = threadIdx.x; x < C * K; x += kBackwardThreads) {
-      const int t = x / K, i = x % K;
-      to[t * KP + i] = t < length ? rows[t * stride + i] : 0.0f;
-    }
+    copyIn<C * K>(
+        to,
+        [&](int x) {
+          const int t = x / K;
+          return t < length ? rows[t * stride + x % K] : 0.0f;
+        },
+        [](int x) { return x / K * KP + x % K; });
   }
   /// This block's columns [C][WP] of rows from memory, as loadRows.
   LINAC_DEVICE void loadColumns(float *to, const float *rows, int64_t stride,
                                 int length) const {
-    for (int x = threadIdx.x; x < C * W; x += kBackwardThreads) {
-      const int t = x / W, j = x % W;
-      to[t * WP + j] =
-          t < length && j < width() ? rows[t * stride + column + j] : 0.0f;
-    }
+    copyIn<C * W>(
+        to,
+        [&](int x) {
+          const int t = x / W, j = x % W;
+          return t < length && j < width() ? rows[t * stride + column + j]
+                                           : 0.0f;
+        },
+        [](int x) { return x / W * WP + x % W; });
   }
   /// A [C][C] array from memory into [C][CP].
   LINAC_DEVICE void loadPairs(float *to, const float *from) const {
-    for (int x = threadIdx.x; x < C * C; x += kBackwardThreads)
-      to[x / C * CP + x % C] = from[x];
+    copyIn<C * C>(
+        to, [&](int x) { return from[x]; },
+        [](int x) { return x / C * CP + x % C; });
   }
 
   /// Chunk c's rows (zero past the sequence): q and k, e with `erase`, its
@@ -416,7 +446,7 @@ template <typename Layer> struct BackwardBlock {
     if (gradients)
       loadColumns(dO, args.reads + item(start) * V, heads * V, length);
     // A thread a gate channel sums its tokens' log-gates in fp64.
-    for (int g = threadIdx.x; g < G; g += kBackwardThreads) {
+    for (int g = threadIdx.x; g < G; g += Threads) {
       double sum = 0.0;
 #pragma unroll
       for (int t = 0; t < C; ++t) {
@@ -489,14 +519,14 @@ template <typename Layer> struct BackwardBlock {
     pairs();
     float *const record = prepared(c);
     if (column == 0) {
-      for (int x = threadIdx.x; x < C * C; x += kBackwardThreads)
+      for (int x = threadIdx.x; x < C * C; x += Threads)
         record[kPreparedP + x] = pairsQ[x / C * CP + x % C];
-      for (int x = threadIdx.x; x < C * K; x += kBackwardThreads) {
+      for (int x = threadIdx.x; x < C * K; x += Threads) {
         const int t = x / K, i = x % K;
         record[kPreparedQ + x] = scale * gamma(t, i) * q[t * KP + i];
         record[kPreparedK + x] = keyFactor(t, i) * k[t * KP + i];
       }
-      for (int i = threadIdx.x; i < K; i += kBackwardThreads)
+      for (int i = threadIdx.x; i < K; i += Threads)
         record[kPreparedDecay + i] = gamma(C - 1, i);
     }
     if constexpr (kErase) {
@@ -513,9 +543,9 @@ template <typename Layer> struct BackwardBlock {
       }
       __syncthreads();
       if (column == 0) {
-        for (int x = threadIdx.x; x < C * C; x += kBackwardThreads)
+        for (int x = threadIdx.x; x < C * C; x += Threads)
           record[kPreparedT + x] = T[x / C * CP + x % C];
-        for (int x = threadIdx.x; x < C * K; x += kBackwardThreads) {
+        for (int x = threadIdx.x; x < C * K; x += Threads) {
           const int t = x / K, i = x % K;
           float w = 0.0f;
           for (int s = 0; s <= t; ++s)
@@ -523,7 +553,7 @@ template <typename Layer> struct BackwardBlock {
           record[kPreparedW + x] = w;
         }
       }
-      for (int x = threadIdx.x; x < C * W; x += kBackwardThreads) {
+      for (int x = threadIdx.x; x < C * W; x += Threads) {
         const int t = x / W, j = x % W;
         float u = 0.0f;
         for (int s = 0; s <= t; ++s)
@@ -543,7 +573,7 @@ template <typename Layer> struct BackwardBlock {
     loadRows(k, record + kPreparedK, K, C);
     if constexpr (kErase)
       loadRows(e, record + kPreparedW, K, C);
-    for (int i = threadIdx.x; i < K; i += kBackwardThreads)
+    for (int i = threadIdx.x; i < K; i += Threads)
       decay[i] = record[kPreparedDecay + i];
     return int(min(int64_t(C), end - (begin + c * C)));
   }
@@ -644,7 +674,7 @@ template <typename Layer> struct BackwardBlock {
   /// leaving it.
   LINAC_DEVICE void gradients(int64_t c) {
     const int64_t start = begin + c * C;
-    for (int i = threadIdx.x; i < K; i += kBackwardThreads)
+    for (int i = threadIdx.x; i < K; i += Threads)
       kept[i] = 0.0f;
     loadState(S, stateSlot(c));
     loadState(dS, gradientSlot(c));
@@ -689,7 +719,7 @@ template <typename Layer> struct BackwardBlock {
     }
     // The written values' gradient: dR with an erase, else dDelta; this
     // block's columns alone.
-    for (int x = threadIdx.x; x < C * W; x += kBackwardThreads) {
+    for (int x = threadIdx.x; x < C * W; x += Threads) {
       const int t = x / W, j = x % W;
       if (t < length && j < width())
         args.operand_grads[item(start + t) * Record::kFloats + Record::kU +
@@ -834,7 +864,7 @@ template <typename Layer> struct BackwardBlock {
       addRow(paired, Record::kE);
     }
     // S0 carried into the leaving state, a key's terms.
-    for (int x = threadIdx.x; x < K * W; x += kBackwardThreads) {
+    for (int x = threadIdx.x; x < K * W; x += Threads) {
       const int i = x / W, j = x % W;
       atomicAdd(&kept[i], gamma(C - 1, i) * S[i * WP + j] * dS[i * WP + j]);
     }
@@ -857,7 +887,7 @@ template <typename Layer> struct BackwardBlock {
   /// token on (k's place, over it and the tokens after) and S0's carry.
   LINAC_DEVICE void gateGradients(int64_t start, int length) {
     // A thread a key: its column of the totals, in place of q's.
-    for (int i = threadIdx.x; i < K; i += kBackwardThreads) {
+    for (int i = threadIdx.x; i < K; i += Threads) {
       double before = 0.0, from = 0.0;
       for (int t = 0; t < C; ++t)
         from += k[t * KP + i];
@@ -880,16 +910,17 @@ template <typename Layer> struct BackwardBlock {
           atomicAdd(grads + item(start + t) * Record::kFloats, sum);
       }
     } else {
-      for (int x = threadIdx.x; x < length * K; x += kBackwardThreads)
+      for (int x = threadIdx.x; x < length * K; x += Threads)
         atomicAdd(grads + item(start + x / K) * Record::kFloats + x % K,
                   q[x / K * KP + x % K]);
     }
   }
 };
 
-/// The walks: a block a (column tile, head, sequence).
+/// The walks: a block a (column tile, head, sequence), of
+/// kBackwardWalkThreads threads.
 template <typename Layer>
-LINAC_DEVICE BackwardBlock<Layer>
+LINAC_DEVICE BackwardBlock<Layer, kBackwardWalkThreads>
 walkBlock(const linac_cuda_backward_args &args, float *smem) {
   return {args, smem, int(blockIdx.y), int(blockIdx.x) * kBackwardColumns,
           int64_t(blockIdx.z)};

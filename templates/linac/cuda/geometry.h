@@ -304,10 +304,13 @@ LINAC_GEOMETRY int64_t checkpointSlots(int64_t seqs, int64_t tokens) {
 }
 
 /// The chunkwise backward (chunk_backward.h): its chunks' tokens, the value
-/// columns a block of its state walks takes, and its blocks' threads.
+/// columns a block of its state walks takes, its blocks' threads, and those
+/// of the walks' blocks (which go chunk by chunk, so that more warps share
+/// each chunk's steps).
 inline constexpr int kBackwardChunk = 32;
 inline constexpr int kBackwardColumns = 32;
 inline constexpr int kBackwardThreads = 256;
+inline constexpr int kBackwardWalkThreads = 512;
 /// The log-gates of a token the chunkwise backward keeps: one a key under
 /// a key-vector gate, else one.
 LINAC_GEOMETRY int backwardGates(int keys, bool keyVector) {

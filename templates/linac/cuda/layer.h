@@ -88,20 +88,26 @@
 
 /// The chunkwise backward's seven kernels (chunk_backward.h), for every
 /// activation dtype.
-#define LINAC_BACKWARD_ENTRY(Layer, name, function)                            \
-  extern "C" __global__ void __launch_bounds__(linac::cuda::kBackwardThreads)  \
-      linac_backward_##name(                                                   \
-          const __grid_constant__ linac_cuda_backward_args args) {             \
+#define LINAC_BACKWARD_ENTRY(Layer, name, function, threads)                   \
+  extern "C" __global__ void __launch_bounds__(threads) linac_backward_##name( \
+      const __grid_constant__ linac_cuda_backward_args args) {                 \
     linac::cuda::function<Layer>(args);                                        \
   }
 #define LINAC_CHUNK_BACKWARD_KERNELS(Layer)                                    \
-  LINAC_BACKWARD_ENTRY(Layer, operands, backwardOperandsKernel)                \
-  LINAC_BACKWARD_ENTRY(Layer, prepare, backwardPrepareKernel)                  \
-  LINAC_BACKWARD_ENTRY(Layer, states, backwardStatesKernel)                    \
-  LINAC_BACKWARD_ENTRY(Layer, reads, backwardReadsKernel)                      \
-  LINAC_BACKWARD_ENTRY(Layer, state_gradients, backwardStateGradientsKernel)   \
-  LINAC_BACKWARD_ENTRY(Layer, chunks, backwardChunksKernel)                    \
-  LINAC_BACKWARD_ENTRY(Layer, arguments, backwardArgumentsKernel)
+  LINAC_BACKWARD_ENTRY(Layer, operands, backwardOperandsKernel,                \
+                       linac::cuda::kBackwardThreads)                          \
+  LINAC_BACKWARD_ENTRY(Layer, prepare, backwardPrepareKernel,                  \
+                       linac::cuda::kBackwardThreads)                          \
+  LINAC_BACKWARD_ENTRY(Layer, states, backwardStatesKernel,                    \
+                       linac::cuda::kBackwardWalkThreads)                      \
+  LINAC_BACKWARD_ENTRY(Layer, reads, backwardReadsKernel,                      \
+                       linac::cuda::kBackwardThreads)                          \
+  LINAC_BACKWARD_ENTRY(Layer, state_gradients, backwardStateGradientsKernel,   \
+                       linac::cuda::kBackwardWalkThreads)                      \
+  LINAC_BACKWARD_ENTRY(Layer, chunks, backwardChunksKernel,                    \
+                       linac::cuda::kBackwardThreads)                          \
+  LINAC_BACKWARD_ENTRY(Layer, arguments, backwardArgumentsKernel,              \
+                       linac::cuda::kBackwardThreads)
 
 /// Decode on a state pool, for every layer and dtype.
 #define LINAC_DECODE_KERNELS(Layer)                                            \

@@ -90,4 +90,24 @@ TEST(Geometry, ChunkwiseBackwardSizes) {
   EXPECT_LE(cuda::backwardSharedBytes(128, 128), 227 * 1024);
 }
 
+TEST(Geometry, WarpgroupSolvedTileLiesOverTheInverses) {
+  // With an erase the producer's T, a swizzled bf16 tile of C x C, takes
+  // the inverses' and the scratch's room once solved: at a boundary of
+  // 1024 bytes (wgmma's swizzle), after the log-gates and before the fp32
+  // A, which stays the producer's. Gated DeltaNet's block (q, k and v rows
+  // of bf16 staged, two parameters) fits sm_90a's 227 KiB.
+  constexpr int64_t C = cuda::kChunkSize;
+  for (int keys : {64, 128})
+    for (cuda::Gate gate : {cuda::Gate::None, cuda::Gate::Scalar}) {
+      const cuda::WarpgroupMap map(keys, 128, gate, true, 3 * 256, 8);
+      EXPECT_EQ(map.inverses % 1024, 0) << keys;
+      EXPECT_GE(map.inverses, map.cumulativeGates);
+      EXPECT_GE(map.a - map.inverses, C * C * 2) << keys;
+      EXPECT_LE(map.a + 4 * C * cuda::WarpgroupMap::aStride, map.states);
+    }
+  EXPECT_LE(
+      cuda::WarpgroupMap(128, 128, cuda::Gate::Scalar, true, 3 * 256, 8).bytes,
+      227 * 1024);
+}
+
 } // namespace

@@ -25,9 +25,10 @@
 //              gradients to the inputs' and parameters'.
 //
 // Every product is fp32 on the CUDA cores, whatever the activations. A
-// block's warps own the chunk's rows t = w, w + 8, ... and its lanes the
-// keys or the columns; a pair's factor is a key's under a key-vector gate,
-// applied element by element, and a pair's alone otherwise.
+// block's warps own the chunk's rows t = w, w + warps, ... (eight warps a
+// block, sixteen a walk's) and its lanes the keys or the columns; a pair's
+// factor is a key's under a key-vector gate, applied element by element,
+// and a pair's alone otherwise.
 //
 //===----------------------------------------------------------------------===//
 

@@ -24,6 +24,7 @@
 
 #include "linac/cuda/decode.h"
 #include "linac/cuda/pipeline.h"
+#include <type_traits>
 
 namespace linac::cuda {
 
@@ -111,8 +112,8 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
 
   // The generated prologue, a warp kPrologueTokens tokens at once (their
   // latency chains interleave), each warp's next tokens' inputs loaded
-  // while it runs these. Tokens past the chunk's end run on zero inputs and
-  // store zero operands: no branch splits the tokens' code. Under a
+  // while it runs these. Tokens past a partial chunk's end run on zero
+  // inputs and store zero operands; a whole chunk takes no selects. Under a
   // key-vector gate warp w takes tokens 8w..8w+7, a half sub-chunk, and
   // sums their log-gates as it goes (prepareHalf); otherwise tokens w,
   // w + 8, ...
@@ -140,41 +141,47 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
   };
   HalfGates<Layer::K> gates{};
   float running[HalfGates<Layer::K>::Slots] = {};
-  Inputs next[Tokens];
+  auto prologueRounds = [&](auto partial) {
+    Inputs next[Tokens];
 #pragma unroll
-  for (int j = 0; j < Tokens; ++j)
-    loadToken(next[j], tokenOf(0, j));
+    for (int j = 0; j < Tokens; ++j)
+      loadToken(next[j], tokenOf(0, j));
 #pragma unroll 1
-  for (int round = 0; round < Rounds; ++round) {
-    Inputs current[Tokens];
+    for (int round = 0; round < Rounds; ++round) {
+      Inputs current[Tokens];
 #pragma unroll
-    for (int j = 0; j < Tokens; ++j) {
-      current[j] = next[j];
-      loadToken(next[j], tokenOf(round + 1, j));
-    }
-    ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops[Tokens];
+      for (int j = 0; j < Tokens; ++j) {
+        current[j] = next[j];
+        loadToken(next[j], tokenOf(round + 1, j));
+      }
+      ChunkOperands<Layer::K, Layer::V, Layer::kKeyGate> ops[Tokens];
 #pragma unroll
-    for (int j = 0; j < Tokens; ++j) {
-      ops[j] = noOperands<Layer>();
-      Layer::Chunk::prologue(
-          RegisterToken<Unstaged, T>{{args, start + tokenOf(round, j), head},
-                                     current[j]},
-          ops[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < Tokens; ++j) {
-      const int i = tokenOf(round, j);
-      if (i >= length)
+      for (int j = 0; j < Tokens; ++j) {
         ops[j] = noOperands<Layer>();
-      storeOperands<Layer, Layout>(buffer, i, ops[j]);
-      if constexpr (kHalves) {
+        Layer::Chunk::prologue(
+            RegisterToken<Unstaged, T>{{args, start + tokenOf(round, j), head},
+                                       current[j]},
+            ops[j]);
+      }
 #pragma unroll
-        for (int s = 0; s < HalfGates<Layer::K>::Slots; ++s)
-          running[s] += floorLogGate(ops[j].gk.x[s]);
-        gates.set(round * Tokens + j, running);
+      for (int j = 0; j < Tokens; ++j) {
+        const int i = tokenOf(round, j);
+        if (decltype(partial)::value && i >= length)
+          ops[j] = noOperands<Layer>();
+        storeOperands<Layer, Layout>(buffer, i, ops[j]);
+        if constexpr (kHalves) {
+#pragma unroll
+          for (int s = 0; s < HalfGates<Layer::K>::Slots; ++s)
+            running[s] += floorLogGate(ops[j].gk.x[s]);
+          gates.set(round * Tokens + j, running);
+        }
       }
     }
-  }
+  };
+  if (length == C)
+    prologueRounds(std::false_type{});
+  else
+    prologueRounds(std::true_type{});
   __syncthreads();
   bool midpoint = false;
   if constexpr (kHalves)

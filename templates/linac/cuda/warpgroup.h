@@ -29,6 +29,7 @@
 #include "linac/cuda/decode.h"
 #include "linac/cuda/pipeline.h"
 #include "linac/cuda/wgmma.h"
+#include <type_traits>
 
 namespace linac::cuda {
 
@@ -608,40 +609,46 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
       Rows::wait();
     }
     StagedInputs<Staged, T> none;
-    // Rows past the chunk's end run the prologue on stale rows and then
-    // store zeros: no branch splits the tokens' code.
+    // Rows past a partial chunk's end run the prologue on stale rows and
+    // then store zeros; a whole chunk (nearly every one) takes no selects.
+    auto stageTokens = [&](auto partial) {
 #pragma unroll 1
-    for (int first = stagingWarp; first < C;
-         first += kProducerWarps * kStagingTokens<Layer>) {
-      ChunkOperands<K, V, G> ops[kStagingTokens<Layer>];
+      for (int first = stagingWarp; first < C;
+           first += kProducerWarps * kStagingTokens<Layer>) {
+        ChunkOperands<K, V, G> ops[kStagingTokens<Layer>];
 #pragma unroll
-      for (int j = 0; j < kStagingTokens<Layer>; ++j) {
-        const int i = first + j * kProducerWarps;
-        ops[j] = noOperands<Layer>();
-        Layer::Chunk::prologue(
-            StagedToken<Staged, T, kProducerWarps>{{args, start + i, head},
-                                                   none,
-                                                   scalars,
-                                                   inputRows,
-                                                   nullptr,
-                                                   params,
-                                                   i},
-            ops[j]);
-      }
-#pragma unroll
-      for (int j = 0; j < kStagingTokens<Layer>; ++j) {
-        const int i = first + j * kProducerWarps;
-        if (i >= L)
+        for (int j = 0; j < kStagingTokens<Layer>; ++j) {
+          const int i = first + j * kProducerWarps;
           ops[j] = noOperands<Layer>();
-        storeSwizzled(ops[j].q, b + kMap.q, C, i);
-        storeSwizzled(ops[j].k, b + kMap.k, C, i);
-        storeSwizzled(ops[j].u.u, b + kMap.v, C, i);
-        if constexpr (Layer::kErase)
-          storeSwizzled(ops[j].e, b + kMap.w, C, i);
-        if (laneId() == 0)
-          logGates[i] = G == Gate::Scalar ? floorLogGate(ops[j].gk) : 0.0f;
+          Layer::Chunk::prologue(
+              StagedToken<Staged, T, kProducerWarps>{{args, start + i, head},
+                                                     none,
+                                                     scalars,
+                                                     inputRows,
+                                                     nullptr,
+                                                     params,
+                                                     i},
+              ops[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < kStagingTokens<Layer>; ++j) {
+          const int i = first + j * kProducerWarps;
+          if (decltype(partial)::value && i >= L)
+            ops[j] = noOperands<Layer>();
+          storeSwizzled(ops[j].q, b + kMap.q, C, i);
+          storeSwizzled(ops[j].k, b + kMap.k, C, i);
+          storeSwizzled(ops[j].u.u, b + kMap.v, C, i);
+          if constexpr (Layer::kErase)
+            storeSwizzled(ops[j].e, b + kMap.w, C, i);
+          if (laneId() == 0)
+            logGates[i] = G == Gate::Scalar ? floorLogGate(ops[j].gk) : 0.0f;
+        }
       }
-    }
+    };
+    if (L == C)
+      stageTokens(std::false_type{});
+    else
+      stageTokens(std::true_type{});
     // This warp's rows are read: the next chunk's may replace them, once
     // every staging warp's are under tensor copies.
     __syncwarp();

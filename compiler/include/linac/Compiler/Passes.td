@@ -49,8 +49,10 @@ def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
            "phased kernels for the shapes they win at where the layer has "
            "them), lockstep, pipelined (an erase under no gate or a scalar "
            "one), phased (always; an erase under any key-side gate or "
-           "none), or warpgroup (wgmma; no erase, a scalar gate or none); "
-           "the last three on sm_90a">,
+           "none), or warpgroup (wgmma; a scalar gate or none, keys of 64 or "
+           "128 and values of 128, an erase or not; with an erase the phased "
+           "kernels stay beside it for segments); the last three on "
+           "sm_90a">,
   ];
   let dependentDialects = ["::linac::LinacDialect"];
 }

@@ -37,6 +37,11 @@ copied there (FLA needs torch, triton, einops and transformers):
       --lib build-gpu/lib/liblinac.so --examples linear_attention,gated_deltanet
 Gated DeltaNet with 16 q/k heads shared by 64 value heads (FLA's GVA):
   ... -B 4 -T 8192 -H 64 --key-heads 16 --examples gated_deltanet
+Every shape the forward is judged at, in one run and one table (every
+example at B8 T4096 H16 and B1 T32768 H16, then Gated DeltaNet with 16 q/k
+and 64 value heads at 4 x 8192 and 1 x 32768); --list prints those cases
+without torch or a GPU:
+  ... --suite
 Forward plus backward, as a training step runs them, with each raw input's
 gradient set against FLA's and the peak extra device memory of each (one
 JSON line an example; a case FLA refuses says why):
@@ -386,6 +391,39 @@ def run_backward_case(name, ex, pkg, a, dtype):
     return row
 
 
+# (B, T, H, q/k heads or None for H, the examples or None for every one)
+SUITE = [(8, 4096, 16, None, None), (1, 32768, 16, None, None),
+         (4, 8192, 64, 16, ('gated_deltanet',)), (1, 32768, 64, 16, ('gated_deltanet',))]
+
+
+def shape_options(a):
+    """The options of each shape this run times: a's own, or with --suite
+    one copy of a per SUITE shape, its examples those of a it names."""
+    if not a.suite:
+        return [a]
+    shapes = []
+    for B, T, H, Hk, only in SUITE:
+        o = argparse.Namespace(**vars(a))
+        o.B, o.T, o.H, o.key_heads = B, T, H, Hk
+        o.examples = ','.join(n for n in a.examples.split(',') if only is None or n in only)
+        if o.examples:
+            shapes.append(o)
+    return shapes
+
+
+def runnable(a):
+    """The examples of a that have a case at its shape; prints why not for
+    the others."""
+    names = []
+    for name in a.examples.split(','):
+        why = skip_reason(name, a)
+        if why:
+            print(f'# skip {name} at B{a.B} T{a.T} H{a.H}: {why}', flush=True)
+        else:
+            names.append(name)
+    return names
+
+
 def open_package(name, a):
     """Our package of example `name`, or None (then FLA is timed alone)."""
     import linac_cuda
@@ -423,7 +461,8 @@ def warm_fla(names, a):
 
 
 def table(rows):
-    cols = [('variant', '%-17s', 'variant'), ('linac_ms', '%9s', 'linac ms'),
+    cols = [('variant', '%-17s', 'variant'), ('shape', '%-30s', 'shape'),
+            ('linac_ms', '%9s', 'linac ms'),
             ('fla_ms', '%8s', 'FLA ms'), ('speedup', '%8s', 'speedup'),
             ('floor_ms', '%8s', 'floor'), ('linac_pct_floor', '%9s', 'linac %'),
             ('fla_pct_floor', '%7s', 'FLA %'), ('rel_err', '%9s', 'rel err')]
@@ -477,6 +516,11 @@ def main():
                    help="processes compiling FLA's kernels side by side before timing (0: none)")
     p.add_argument('--warm-only', action='store_true', help=argparse.SUPPRESS)
     p.add_argument('--selftest', action='store_true', help='check the floor formula, no GPU')
+    p.add_argument('--suite', action='store_true',
+                   help='every shape the forward is judged at, in one run (overrides -B, -T, -H, '
+                        '--key-heads)')
+    p.add_argument('--list', action='store_true',
+                   help='print the cases this run would time, then exit (no torch or GPU)')
     p.add_argument('--backward', action='store_true',
                    help='time forward plus backward instead, and compare gradients with FLA\'s')
     a = p.parse_args()
@@ -486,33 +530,34 @@ def main():
         p.error('--runs must be at least 50')
     if a.key_heads is not None and (a.key_heads < 1 or a.H % a.key_heads):
         p.error('--key-heads must divide -H')
+    if a.suite and a.backward:
+        p.error('--suite times the forward only')
+    shapes = [(o, runnable(o)) for o in shape_options(a)]
+    if a.list:
+        for o, names in shapes:
+            heads = f'H{o.H}' + ('' if o.key_heads in (None, o.H) else f' (q, k {o.key_heads})')
+            print(f'B{o.B} T{o.T} {heads}: {",".join(names) or "nothing"}')
+        return
 
     global torch, F
     import torch
     import torch.nn.functional as F
     dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'fp32': torch.float32}[a.dtype]
 
-    names = a.examples.split(',')
     if a.warm_only:
         with torch.no_grad():
-            for name in names:
+            for name in a.examples.split(','):
                 x = draw(EXAMPLES[name], a.B, a.T, a.H, dtype, seed=1, key_heads=a.key_heads)
                 EXAMPLES[name].fla(x)(torch.randn(a.B, a.H, K, V, device='cuda'), True)
                 EXAMPLES[name].fla(x)(None, False)
             torch.cuda.synchronize()
         return
-    kept = []
-    for name in names:
-        why = skip_reason(name, a)
-        if why:
-            print(f'# skip {name}: {why}', flush=True)
-        else:
-            kept.append(name)
-    names = kept
     if a.warm_jobs > 0:
-        warm_fla(names, a)
+        for o, names in shapes:
+            warm_fla(names, o)
 
     if a.backward:
+        (a, names), = shapes
         for name in names:
             pkg = open_package(name, a)
             try:
@@ -528,17 +573,18 @@ def main():
         copy, gemm = ceilings(a.runs, a.warmup)
         print(f'# {torch.cuda.get_device_name()}: copy {copy:.3f} TB/s, bf16 GEMM {gemm:.1f} TFLOP/s',
               flush=True)
-        for name in names:
-            pkg = open_package(name, a)
-            try:
-                row = run_case(name, EXAMPLES[name], pkg, a, dtype, copy, gemm)
-            except Exception as e:  # one case failing must not lose the others
-                print(f'# {name}: failed: {type(e).__name__}: {e}', flush=True)
-                continue
-            finally:
-                torch.cuda.empty_cache()
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        for o, names in shapes:
+            for name in names:
+                pkg = open_package(name, o)
+                try:
+                    row = run_case(name, EXAMPLES[name], pkg, o, dtype, copy, gemm)
+                except Exception as e:  # one case failing must not lose the others
+                    print(f'# {name}: failed: {type(e).__name__}: {e}', flush=True)
+                    continue
+                finally:
+                    torch.cuda.empty_cache()
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     table(rows)
 
 

@@ -313,6 +313,12 @@ def rel_err(ours, ref):
     return ((ours.float() - ref).norm() / ref.norm()).item()
 
 
+def shape_label(a):
+    """B, T and the heads of a run's options, as the rows and --list name them."""
+    heads = f'H{a.H}' + ('' if a.key_heads in (None, a.H) else f' (q, k {a.key_heads})')
+    return f'B{a.B} T{a.T} {heads}'
+
+
 def run_case(name, ex, pkg, a, dtype, copy, gemm):
     B, T, H, Hk = a.B, a.T, a.H, a.key_heads
     errs = {}
@@ -334,8 +340,7 @@ def run_case(name, ex, pkg, a, dtype, copy, gemm):
                      B * T * H * fwd_flops(K, V, a.chunk, ex.erase), copy, gemm)
     pct = lambda ms: ms and round(100 * floor / ms, 1)  # noqa: E731
     err = max(errs.values(), key=lambda e: (math.isnan(e), e)) if errs else None  # NaN wins
-    heads = f'H{H}' if Hk in (None, H) else f'H{H} (q, k {Hk})'
-    return {'variant': name, 'shape': f'B{B} T{T} {heads} K{K} V{V}', 'dtype': a.dtype,
+    return {'variant': name, 'shape': f'{shape_label(a)} K{K} V{V}', 'dtype': a.dtype,
             'linac_ms': linac_ms and round(linac_ms, 4), 'fla_ms': round(fla_ms, 4),
             'speedup': linac_ms and round(fla_ms / linac_ms, 3), 'floor_ms': round(floor, 4),
             'linac_pct_floor': pct(linac_ms), 'fla_pct_floor': pct(fla_ms),
@@ -371,7 +376,7 @@ def run_backward_case(name, ex, pkg, a, dtype):
         fla_extra = torch.cuda.max_memory_allocated() - before
         fla_grads = {n: t.grad for n, t in leaves.items()}
         fla_ms = bench_ms(fla_step, a.runs, a.warmup)
-    row = {'variant': name, 'shape': f'B{B} T{T} H{H}' + ('' if Hk in (None, H) else f' (q, k {Hk})'),
+    row = {'variant': name, 'shape': shape_label(a),
            'dtype': a.dtype, 'fla_ms': round(fla_ms, 4), 'fla_extra_mib': round(fla_extra / 2**20)}
     if pkg is None:
         return row
@@ -418,7 +423,7 @@ def runnable(a):
     for name in a.examples.split(','):
         why = skip_reason(name, a)
         if why:
-            print(f'# skip {name} at B{a.B} T{a.T} H{a.H}: {why}', flush=True)
+            print(f'# skip {name} at {shape_label(a)}: {why}', flush=True)
         else:
             names.append(name)
     return names
@@ -535,8 +540,7 @@ def main():
     shapes = [(o, runnable(o)) for o in shape_options(a)]
     if a.list:
         for o, names in shapes:
-            heads = f'H{o.H}' + ('' if o.key_heads in (None, o.H) else f' (q, k {o.key_heads})')
-            print(f'B{o.B} T{o.T} {heads}: {",".join(names) or "nothing"}')
+            print(f'{shape_label(o)}: {",".join(names) or "nothing"}')
         return
 
     global torch, F

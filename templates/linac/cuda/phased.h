@@ -24,7 +24,6 @@
 
 #include "linac/cuda/decode.h"
 #include "linac/cuda/pipeline.h"
-#include <type_traits>
 
 namespace linac::cuda {
 
@@ -178,10 +177,7 @@ LINAC_DEVICE void prepareKernel(const linac_cuda_forward_args &args) {
       }
     }
   };
-  if (length == C)
-    prologueRounds(std::false_type{});
-  else
-    prologueRounds(std::true_type{});
+  byChunkTail(length == C, prologueRounds);
   __syncthreads();
   bool midpoint = false;
   if constexpr (kHalves)

@@ -30,6 +30,8 @@
 
 #include "linac/cuda/chunk.h"
 
+#include <type_traits>
+
 namespace linac::cuda {
 
 extern __shared__ __align__(16) char pipelineShared[];
@@ -324,6 +326,16 @@ LINAC_DEVICE void storeOperands(
       buffer.lambda()[i] =
           Layer::kKeyGate == Gate::Scalar ? floorLogGate(ops.gk) : 0.0f;
   }
+}
+
+/// Calls f(std::false_type{}) for a whole chunk and f(std::true_type{}) for
+/// a partial one, so that a whole chunk's code carries none of the selects
+/// that zero the rows past a partial chunk's end.
+template <typename F> LINAC_DEVICE void byChunkTail(bool whole, const F &f) {
+  if (whole)
+    f(std::false_type{});
+  else
+    f(std::true_type{});
 }
 
 /// The operands of a row past the chunk's last token: zeros, which change

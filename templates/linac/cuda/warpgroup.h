@@ -29,7 +29,6 @@
 #include "linac/cuda/decode.h"
 #include "linac/cuda/pipeline.h"
 #include "linac/cuda/wgmma.h"
-#include <type_traits>
 
 namespace linac::cuda {
 
@@ -645,10 +644,7 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
         }
       }
     };
-    if (L == C)
-      stageTokens(std::false_type{});
-    else
-      stageTokens(std::true_type{});
+    byChunkTail(L == C, stageTokens);
     // This warp's rows are read: the next chunk's may replace them, once
     // every staging warp's are under tensor copies.
     __syncwarp();

@@ -235,6 +235,7 @@ RowScaling linac::rowScalingOf(LayerOp layer, Value operand) {
   RowScaling scaling;
   auto blocked = [&](Operation *op, std::string reason) {
     scaling.path.clear();
+    scaling.scalars.clear();
     scaling.blocker = op;
     scaling.reason = std::move(reason);
     return scaling;
@@ -246,28 +247,33 @@ RowScaling linac::rowScalingOf(LayerOp layer, Value operand) {
         return blocked(layer, "a per-head vector parameter is no input row");
       scaling.input = arg;
       std::reverse(scaling.path.begin(), scaling.path.end());
+      std::reverse(scaling.scalars.begin(), scaling.scalars.end());
       return scaling;
     }
     Operation *op = row.getDefiningOp();
     if (auto norm = dyn_cast<L2NormOp>(op)) {
       scaling.path.push_back(op);
+      scaling.scalars.push_back({});
       row = norm.getInput();
       continue;
     }
     if (auto negate = dyn_cast<arith::NegFOp>(op)) {
       scaling.path.push_back(op);
+      scaling.scalars.push_back({});
       row = negate.getOperand();
       continue;
     }
     if (isa<arith::MulFOp, arith::DivFOp>(op)) {
       Value lhs = op->getOperand(0), rhs = op->getOperand(1);
-      if (broadcastScalar(rhs)) {
+      if (Value scalar = broadcastScalar(rhs)) {
         scaling.path.push_back(op);
+        scaling.scalars.push_back(scalar);
         row = lhs;
         continue;
       }
-      if (isa<arith::MulFOp>(op) && broadcastScalar(lhs)) {
+      if (Value scalar = broadcastScalar(lhs); scalar && isa<arith::MulFOp>(op)) {
         scaling.path.push_back(op);
+        scaling.scalars.push_back(scalar);
         row = rhs;
         continue;
       }

@@ -67,12 +67,14 @@ std::vector<int64_t> epilogueInputs(LayerOp layer, const NormalForm &form);
 /// input's row times a scalar of the token, so that a kernel can use the row
 /// as loaded and apply the scalar to the products the operand enters.
 /// `path` holds the ops from the row outward (l2norm, negf, and mulf or divf
-/// by a broadcast scalar); the scalar follows from them and the row's
-/// squared norm. Without `input`, `blocker` is the op that forms the operand
-/// some other way and `reason` says how.
+/// by a broadcast scalar, `scalars` holding each one's scalar, null for the
+/// others); the scalar follows from them and the row's squared norm.
+/// Without `input`, `blocker` is the op that forms the operand some other
+/// way and `reason` says how.
 struct RowScaling {
   mlir::BlockArgument input;
   llvm::SmallVector<mlir::Operation *> path;
+  llvm::SmallVector<mlir::Value> scalars;
   mlir::Operation *blocker = nullptr;
   std::string reason;
   explicit operator bool() const { return bool(input); }

@@ -16,7 +16,7 @@ config.substitutions.append(
     ("%nvcc", shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"))
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.linac_obj_root, "tests")
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "cpu", "runtime", "reference", "harness", "gpu", "fuzz"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "cpu", "runtime", "reference", "harness", "gpu", "fuzz", "Inputs"]
 
 config.substitutions.append(("%examples", os.path.join(config.linac_src_root, "examples")))
 

@@ -171,6 +171,12 @@ public:
   /// prologue and epilogue of the chunkwise families.
   std::string chunkFunctions(const Flavor &flavor, StringRef prologueSignature,
                              StringRef epilogueSignature);
+  /// Whether every chunk operand is an input's row times a scalar of the
+  /// token (rowScalingOf), each strength and the key log-gate scalars.
+  bool rowScaled();
+  /// rowScales: each chunk operand's scalar given its input row's squared
+  /// norm, and the key log-gate.
+  std::string rowScalesFunction(StringRef signature);
   /// The reverse of prologue and epilogue, for the chunkwise backward:
   /// prologueBackward and epilogueBackward.
   std::string chunkBackwardFunctions(const Flavor &flavor,
@@ -870,6 +876,56 @@ std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
   return text + function(epilogueSignature);
 }
 
+bool BodyEmitter::rowScaled() {
+  auto scalar = [](Value v) { return !v || v.getType().isF32(); };
+  return form.chunkable && !form.normalizer && scalar(form.eraseStrength) &&
+         scalar(form.writeStrength) && llvm::all_of(form.keyGates, scalar) &&
+         form.valueGates.empty() && rowScalingOf(layer, form.query) &&
+         rowScalingOf(layer, form.key) && rowScalingOf(layer, form.value);
+}
+
+std::string BodyEmitter::rowScalesFunction(StringRef signature) {
+  flavor = kWarpFlavor;
+  names.clear();
+  auto scaleOf = [&](Value operand, StringRef scale, StringRef norm2) {
+    RowScaling scaling = rowScalingOf(layer, operand);
+    line(fmt::format("{} = 1.0f;", scale));
+    for (auto [op, by] : llvm::zip(scaling.path, scaling.scalars)) {
+      if (by)
+        emitOnDemand(by);
+      if (auto norm = dyn_cast<L2NormOp>(op))
+        line(fmt::format("{0} = {0} / sqrtf({0} * {0} * {1} + {2});", scale,
+                         norm2, floatLiteral(norm.getEps().convertToDouble())),
+             specComment({op}));
+      else if (isa<arith::NegFOp>(op))
+        line(fmt::format("{0} = -{0};", scale), specComment({op}));
+      else
+        line(fmt::format("{} {}= {};", scale,
+                         isa<arith::DivFOp>(op) ? "/" : "*", name(by)),
+             specComment({op}));
+    }
+  };
+  scaleOf(form.query, "out.q", "qNorm2");
+  scaleOf(form.key, "out.k", "kNorm2");
+  scaleOf(form.value, "out.u", "vNorm2");
+  for (Value strength : {form.eraseStrength, form.writeStrength})
+    if (strength)
+      emitOnDemand(strength);
+  line(fmt::format("out.e = {};",
+                   form.eraseStrength
+                       ? fmt::format("{} * out.k", name(form.eraseStrength))
+                       : std::string("0.0f")));
+  if (form.writeStrength)
+    line(fmt::format("out.u *= {};", name(form.writeStrength)));
+  for (Value gate : form.keyGates)
+    emitOnDemand(gate);
+  std::string gates;
+  for (Value gate : form.keyGates)
+    gates += (gates.empty() ? "" : " + ") + name(gate);
+  line(fmt::format("out.gk = {};", gates.empty() ? "0.0f" : gates));
+  return function(signature);
+}
+
 std::string BodyEmitter::chunkBackwardFunctions(const Flavor &bodyFlavor,
                                                 StringRef prologueSignature,
                                                 StringRef epilogueSignature) {
@@ -1097,7 +1153,13 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
             "kValueDecay> &out)",
             "template <typename Token, typename Out> LINAC_DEVICE static "
             "void epilogue(const Token &token, const WarpVec<V> &read, "
-            "Out *out)"));
+            "Out *out)") +
+            (emitter.rowScaled()
+                 ? emitter.rowScalesFunction(
+                       "template <typename Token> LINAC_DEVICE static void "
+                       "rowScales(const Token &token, float qNorm2, float "
+                       "kNorm2, float vNorm2, RowScales &out)")
+                 : std::string()));
   StringRef stepSignature =
       "template <typename Token, typename State, typename Out> "
       "LINAC_DEVICE static void step(const Token &token, "

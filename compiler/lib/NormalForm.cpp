@@ -6,6 +6,8 @@
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+
 using namespace mlir;
 using namespace linac;
 
@@ -221,4 +223,66 @@ std::vector<int64_t> linac::epilogueInputs(LayerOp layer,
   }
   llvm::sort(inputs);
   return inputs;
+}
+
+/// The scalar that `vector` broadcasts, or null.
+static Value broadcastScalar(Value vector) {
+  auto broadcast = vector.getDefiningOp<BroadcastOp>();
+  return broadcast ? broadcast.getInput() : Value();
+}
+
+RowScaling linac::rowScalingOf(LayerOp layer, Value operand) {
+  RowScaling scaling;
+  auto blocked = [&](Operation *op, std::string reason) {
+    scaling.path.clear();
+    scaling.scalars.clear();
+    scaling.blocker = op;
+    scaling.reason = std::move(reason);
+    return scaling;
+  };
+  Value row = operand;
+  while (true) {
+    if (auto arg = dyn_cast<BlockArgument>(row)) {
+      if (layer.isParam(arg))
+        return blocked(layer, "a per-head vector parameter is no input row");
+      scaling.input = arg;
+      std::reverse(scaling.path.begin(), scaling.path.end());
+      std::reverse(scaling.scalars.begin(), scaling.scalars.end());
+      return scaling;
+    }
+    Operation *op = row.getDefiningOp();
+    if (auto norm = dyn_cast<L2NormOp>(op)) {
+      scaling.path.push_back(op);
+      scaling.scalars.push_back({});
+      row = norm.getInput();
+      continue;
+    }
+    if (auto negate = dyn_cast<arith::NegFOp>(op)) {
+      scaling.path.push_back(op);
+      scaling.scalars.push_back({});
+      row = negate.getOperand();
+      continue;
+    }
+    if (isa<arith::MulFOp, arith::DivFOp>(op)) {
+      Value lhs = op->getOperand(0), rhs = op->getOperand(1);
+      if (Value scalar = broadcastScalar(rhs)) {
+        scaling.path.push_back(op);
+        scaling.scalars.push_back(scalar);
+        row = lhs;
+        continue;
+      }
+      if (Value scalar = broadcastScalar(lhs); scalar && isa<arith::MulFOp>(op)) {
+        scaling.path.push_back(op);
+        scaling.scalars.push_back(scalar);
+        row = rhs;
+        continue;
+      }
+      return blocked(op, "a product or quotient of two vectors scales each "
+                         "channel by its own factor");
+    }
+    if (isa<BroadcastOp>(op))
+      return blocked(op, "a broadcast scalar is no input row");
+    return blocked(op, "the op acts on each channel, not on the row as a "
+                       "whole");
+  }
 }

@@ -14,6 +14,7 @@
 
 namespace linac {
 #define GEN_PASS_DEF_LINACNORMALIZE
+#define GEN_PASS_DEF_LINACTESTROWSCALING
 #include "linac/Compiler/Passes.h.inc"
 } // namespace linac
 
@@ -80,6 +81,33 @@ struct NormalizePass : public linac::impl::LinacNormalizeBase<NormalizePass> {
             << form.reason;
       }
       setNormalForm(layer, form.summary());
+    });
+  }
+};
+
+struct TestRowScalingPass
+    : public linac::impl::LinacTestRowScalingBase<TestRowScalingPass> {
+  void runOnOperation() override {
+    getOperation().walk([&](LayerOp layer) {
+      NormalForm form = deriveNormalForm(layer);
+      if (!form.chunkable)
+        return;
+      for (auto [role, operand] :
+           {std::pair<StringRef, Value>{"query", form.query},
+            {"key", form.key},
+            {"value", form.value}}) {
+        RowScaling scaling = rowScalingOf(layer, operand);
+        if (!scaling) {
+          scaling.blocker->emitRemark()
+              << "the " << role << " is no scaled input row: " << scaling.reason;
+          continue;
+        }
+        InFlightDiagnostic remark = layer.emitRemark()
+                                    << "the " << role << " scales the row of "
+                                    << layer.getArgumentName(scaling.input);
+        for (Operation *op : scaling.path)
+          remark << ", then " << op->getName();
+      }
     });
   }
 };

@@ -63,6 +63,26 @@ bool isPerHead(LayerOp layer, mlir::Value value);
 /// found no read.
 std::vector<int64_t> epilogueInputs(LayerOp layer, const NormalForm &form);
 
+/// How a chunk operand vector is formed from the token's inputs: as an
+/// input's row times a scalar of the token, so that a kernel can use the row
+/// as loaded and apply the scalar to the products the operand enters.
+/// `path` holds the ops from the row outward (l2norm, negf, and mulf or divf
+/// by a broadcast scalar, `scalars` holding each one's scalar, null for the
+/// others); the scalar follows from them and the row's squared norm.
+/// Without `input`, `blocker` is the op that forms the operand some other
+/// way and `reason` says how.
+struct RowScaling {
+  mlir::BlockArgument input;
+  llvm::SmallVector<mlir::Operation *> path;
+  llvm::SmallVector<mlir::Value> scalars;
+  mlir::Operation *blocker = nullptr;
+  std::string reason;
+  explicit operator bool() const { return bool(input); }
+};
+
+/// The row scaling of `operand`, a vector of a layer's body.
+RowScaling rowScalingOf(LayerOp layer, mlir::Value operand);
+
 /// Elements one value of an input or parameter holds: a tensor's, or 1 for
 /// a scalar.
 int64_t elementsOf(mlir::Type type);

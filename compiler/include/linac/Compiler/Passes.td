@@ -23,6 +23,16 @@ def LinacNormalize : Pass<"linac-normalize", "::mlir::ModuleOp"> {
   ];
 }
 
+def LinacTestRowScaling : Pass<"linac-test-row-scaling", "::mlir::ModuleOp"> {
+  let summary = "Remark how each chunk operand is formed from an input row";
+  let description = [{
+    A test of the row-scaling analysis: for every chunkable layer, a remark
+    on the query, the key and the written value saying which input's row
+    each scales and through which ops, or, at the op that prevents it, why
+    the operand is formed some other way.
+  }];
+}
+
 def LinacPlan : Pass<"linac-plan", "::mlir::ModuleOp"> {
   let summary = "Choose the algorithm, chunking, numerics and launch shape";
   let description = [{

@@ -137,10 +137,11 @@ void Package::encodeStateMap(float *pool, int64_t states,
 void Package::encodeTensorMaps(const DeviceForwardRequest &request,
                                linac_cuda_forward_args &args) const {
   // Each input as [tokens, heads, size], moved in boxes of one head's chunk
-  // of tokens (copyRowsByTensor in templates/linac/cuda/warpgroup.h), and
-  // the output as [tokens, H, V] in 128-byte swizzled boxes of 64 columns
-  // (the reads' tiles); the kernel copies rows itself unless every map is
-  // encoded.
+  // of tokens (copyRowsByTensor in templates/linac/cuda/warpgroup.h), or
+  // with row_inputs and bf16 activations in 128-byte swizzled boxes of 64
+  // columns (the operand tiles; copyOperandRows there), and the output as
+  // [tokens, H, V] in such boxes (the reads' tiles); the kernel copies rows
+  // itself unless every map is encoded.
   const cuuint32_t chunk = cuuint32_t(info_.plan.chunkSize.value());
   const std::vector<int64_t> &first = request.tensors.at(inputs_[0].name).shape;
   const int64_t tokens = first[0] * first[1];
@@ -177,12 +178,17 @@ void Package::encodeTensorMaps(const DeviceForwardRequest &request,
     const DeviceTensor &t = request.tensors.at(inputs_[i].name);
     const int64_t size = std::accumulate(t.shape.begin() + 3, t.shape.end(),
                                          int64_t(1), std::multiplies<>());
-    encode(args.input_maps[i], t.data, t.shape[2], size, cuuint32_t(size),
-           CU_TENSOR_MAP_SWIZZLE_NONE, inputs_[i].name);
+    if (info_.plan.rowInputs && request.dtype == DType::BFloat16)
+      encode(args.input_maps[i], t.data, t.shape[2], size,
+             LINAC_CUDA_SWIZZLED_BOX_COLUMNS, CU_TENSOR_MAP_SWIZZLE_128B,
+             inputs_[i].name);
+    else
+      encode(args.input_maps[i], t.data, t.shape[2], size, cuuint32_t(size),
+             CU_TENSOR_MAP_SWIZZLE_NONE, inputs_[i].name);
   }
   if (output)
     encode(args.output_map, request.output, args.num_heads, valueDim_,
-           LINAC_CUDA_OUTPUT_BOX_COLUMNS, CU_TENSOR_MAP_SWIZZLE_128B, "o");
+           LINAC_CUDA_SWIZZLED_BOX_COLUMNS, CU_TENSOR_MAP_SWIZZLE_128B, "o");
   args.maps_encoded = 1;
 }
 

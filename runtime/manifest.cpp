@@ -319,6 +319,40 @@ void checkAgreement(const Manifest &manifest) {
                           std::to_string(index) + " of " +
                           std::to_string(inputs));
   }
+  if (const auto &rowInputs = manifest.plan.rowInputs) {
+    // The runtime moves each tensor input in swizzled boxes of whole
+    // LINAC_CUDA_SWIZZLED_BOX_COLUMNS columns, which only the rows of a
+    // key or a value fill.
+    const auto &tensorInputs = manifest.plan.tensorInputs;
+    if (!tensorInputs || rowInputs->size() != 3)
+      throw SchemaError("plan.row_inputs are three of the plan's "
+                        "tensor_inputs");
+    std::vector<const Argument *> inputs;
+    for (const Argument &arg : manifest.arguments)
+      if (arg.role == Role::Input)
+        inputs.push_back(&arg);
+    auto isRowInput = [&](int64_t index) {
+      return std::find(rowInputs->begin(), rowInputs->end(), index) !=
+             rowInputs->end();
+    };
+    for (int64_t index : *rowInputs)
+      if (std::find(tensorInputs->begin(), tensorInputs->end(), index) ==
+          tensorInputs->end())
+        throw SchemaError("plan.row_inputs names input " +
+                          std::to_string(index) +
+                          ", which is not a tensor input");
+    for (int64_t index : *tensorInputs) {
+      const Argument &arg = *inputs[size_t(index)];
+      const int64_t size = arg.kind == Kind::Key     ? manifest.keyDim
+                           : arg.kind == Kind::Value ? manifest.valueDim
+                                                     : 0;
+      if (!isRowInput(index) || size % LINAC_CUDA_SWIZZLED_BOX_COLUMNS != 0 ||
+          size == 0)
+        throw SchemaError("tensor input '" + arg.name +
+                          "' of a package with plan.row_inputs is not a row "
+                          "of whole swizzled boxes");
+    }
+  }
   if (isGpu(manifest.target)) {
     if (!manifest.decode.parts || !manifest.decode.staging)
       throw SchemaError("decode.parts and decode.staging are a GPU "

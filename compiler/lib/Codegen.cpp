@@ -171,9 +171,9 @@ public:
   /// prologue and epilogue of the chunkwise families.
   std::string chunkFunctions(const Flavor &flavor, StringRef prologueSignature,
                              StringRef epilogueSignature);
-  /// Whether every chunk operand is an input's row times a scalar of the
-  /// token (rowScalingOf), each strength and the key log-gate scalars.
-  bool rowScaled();
+  /// For a layer of rowScaledInputs: which operands' scalars take their
+  /// row's norm, and which are 1 for every token.
+  std::string rowScaleConstants();
   /// rowScales: each chunk operand's scalar given its input row's squared
   /// norm, and the key log-gate.
   std::string rowScalesFunction(StringRef signature);
@@ -876,12 +876,20 @@ std::string BodyEmitter::chunkFunctions(const Flavor &bodyFlavor,
   return text + function(epilogueSignature);
 }
 
-bool BodyEmitter::rowScaled() {
-  auto scalar = [](Value v) { return !v || v.getType().isF32(); };
-  return form.chunkable && !form.normalizer && scalar(form.eraseStrength) &&
-         scalar(form.writeStrength) && llvm::all_of(form.keyGates, scalar) &&
-         form.valueGates.empty() && rowScalingOf(layer, form.query) &&
-         rowScalingOf(layer, form.key) && rowScalingOf(layer, form.value);
+std::string BodyEmitter::rowScaleConstants() {
+  auto normed = [&](Value operand) {
+    return llvm::any_of(rowScalingOf(layer, operand).path,
+                        llvm::IsaPred<L2NormOp>)
+               ? "true"
+               : "false";
+  };
+  RowScaledOperands operands = rowScaledOperands(layer, form).value();
+  return fmt::format(
+      "  static constexpr bool kQueryNorm = {}, kKeyNorm = {}, kValueNorm = "
+      "{};\n  static constexpr bool kUnitQuery = {}, kUnitWrite = {};\n",
+      normed(form.query), normed(form.key), normed(form.value),
+      operands.unitQuery ? "true" : "false",
+      operands.unitWrite ? "true" : "false");
 }
 
 std::string BodyEmitter::rowScalesFunction(StringRef signature) {
@@ -908,15 +916,10 @@ std::string BodyEmitter::rowScalesFunction(StringRef signature) {
   scaleOf(form.query, "out.q", "qNorm2");
   scaleOf(form.key, "out.k", "kNorm2");
   scaleOf(form.value, "out.u", "vNorm2");
-  for (Value strength : {form.eraseStrength, form.writeStrength})
-    if (strength)
-      emitOnDemand(strength);
-  line(fmt::format("out.e = {};",
-                   form.eraseStrength
-                       ? fmt::format("{} * out.k", name(form.eraseStrength))
-                       : std::string("0.0f")));
-  if (form.writeStrength)
+  if (form.writeStrength) {
+    emitOnDemand(form.writeStrength);
     line(fmt::format("out.u *= {};", name(form.writeStrength)));
+  }
   for (Value gate : form.keyGates)
     emitOnDemand(gate);
   std::string gates;
@@ -1109,6 +1112,10 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
         "    return flags[i];\n  }}\n",
         function.str(), flags.empty() ? "false" : flags);
   };
+  // The inputs whose rows the query, key and value scale (-1: none).
+  auto rowInput = [&](int operand) {
+    return plan.rowInputs ? (*plan.rowInputs)[operand] : int64_t(-1);
+  };
   std::string out =
       header(layer, plan, "linac/cuda/layer.h") +
       "namespace {\nusing namespace linac::cuda;\n\n"
@@ -1120,7 +1127,10 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           "kDecodeParts = {};\n"
           "  static constexpr DecodeStaging kDecodeStaging = "
           "DecodeStaging::{};\n"
-          "  static constexpr bool kTensorOutput = {};\n{}{}{}{}",
+          "  static constexpr bool kTensorOutput = {};\n"
+          "  static constexpr bool kRowScaled = {};\n"
+          "  static constexpr int kQueryRow = {}, kKeyRow = {}, kValueRow = "
+          "{};\n{}{}{}{}",
           gate.str(),
           plan.chunkKernel == manifest::ChunkKernel::Pipelined   ? "Pipelined"
           : plan.chunkKernel == manifest::ChunkKernel::Warpgroup ? "Warpgroup"
@@ -1129,7 +1139,8 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
           plan.decodeParts.value(),
           decodeStagingName(plan.decodeStaging.value()).str(),
           plan.tensorOutput.value_or(false) ? "true" : "false",
-          inputFlags("sharedInput", plan.sharedInputs),
+          plan.rowInputs ? "true" : "false", rowInput(0), rowInput(1),
+          rowInput(2), inputFlags("sharedInput", plan.sharedInputs),
           inputFlags("lateSharedInput", plan.lateSharedInputs),
           inputFlags("tensorInput", plan.tensorInputs),
           inputFlags("epilogueInput", recurrent ? std::nullopt
@@ -1154,11 +1165,12 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
             "template <typename Token, typename Out> LINAC_DEVICE static "
             "void epilogue(const Token &token, const WarpVec<V> &read, "
             "Out *out)") +
-            (emitter.rowScaled()
-                 ? emitter.rowScalesFunction(
-                       "template <typename Token> LINAC_DEVICE static void "
-                       "rowScales(const Token &token, float qNorm2, float "
-                       "kNorm2, float vNorm2, RowScales &out)")
+            (plan.rowInputs
+                 ? emitter.rowScaleConstants() +
+                       emitter.rowScalesFunction(
+                           "template <typename Token> LINAC_DEVICE static void "
+                           "rowScales(const Token &token, float qNorm2, float "
+                           "kNorm2, float vNorm2, RowScales &out)")
                  : std::string()));
   StringRef stepSignature =
       "template <typename Token, typename State, typename Out> "

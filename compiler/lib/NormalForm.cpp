@@ -286,3 +286,55 @@ RowScaling linac::rowScalingOf(LayerOp layer, Value operand) {
                        "whole");
   }
 }
+
+/// Whether `value` is a scalar computed from scalar inputs and parameters
+/// alone, so that a kernel has it without any input row.
+static bool fromScalarInputs(LayerOp layer, Value value) {
+  if (!value.getType().isF32())
+    return false;
+  SmallVector<Value> pending{value};
+  llvm::SmallPtrSet<void *, 16> seen;
+  while (!pending.empty()) {
+    Value next = pending.pop_back_val();
+    if (!seen.insert(next.getAsOpaquePointer()).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(next)) {
+      if (arg == layer.getState() ||
+          (!layer.isParam(arg) && elementsOf(arg.getType()) != 1))
+        return false;
+      continue;
+    }
+    llvm::append_range(pending, next.getDefiningOp()->getOperands());
+  }
+  return true;
+}
+
+std::optional<RowScaledOperands>
+linac::rowScaledOperands(LayerOp layer, const NormalForm &form) {
+  if (!form.chunkable || form.normalizer || !form.valueGates.empty())
+    return std::nullopt;
+  SmallVector<Value> scalars(form.keyGates);
+  for (Value strength : {form.eraseStrength, form.writeStrength})
+    if (strength)
+      scalars.push_back(strength);
+  RowScaledOperands operands;
+  std::array<bool, 3> unit;
+  for (auto [index, operand] :
+       llvm::enumerate(std::array{form.query, form.key, form.value})) {
+    RowScaling scaling = rowScalingOf(layer, operand);
+    if (!scaling)
+      return std::nullopt;
+    for (Value by : scaling.scalars)
+      if (by)
+        scalars.push_back(by);
+    // Block argument 0 is the state.
+    operands.inputs[index] = int64_t(scaling.input.getArgNumber()) - 1;
+    unit[index] = scaling.path.empty();
+  }
+  if (!llvm::all_of(scalars,
+                    [&](Value v) { return fromScalarInputs(layer, v); }))
+    return std::nullopt;
+  operands.unitQuery = unit[0];
+  operands.unitWrite = unit[1] && unit[2] && !form.writeStrength;
+  return operands;
+}

@@ -94,6 +94,21 @@ std::vector<int64_t> tensorInputs(LayerOp layer) {
   return staged;
 }
 
+/// The operands the warpgroup kernel lands in its tiles as their input rows
+/// are (manifest::Plan::rowInputs): rowScaledOperands without an erase,
+/// where no other input is a tensor input. The kernel with an erase still
+/// stages its operands through the prologue.
+std::optional<RowScaledOperands> warpgroupRows(LayerOp layer,
+                                               const NormalForm &form) {
+  std::optional<RowScaledOperands> rows = rowScaledOperands(layer, form);
+  if (!rows || form.erase != Strength::None)
+    return std::nullopt;
+  for (int64_t input : tensorInputs(layer))
+    if (!llvm::is_contained(rows->inputs, input))
+      return std::nullopt;
+  return rows;
+}
+
 /// How a decode group of `warps` warps splits a state, or a strip of
 /// `parts` of its value columns (templates/linac/cuda/geometry.h).
 cuda::DecodeShape decodeShape(StateType state, int64_t warps, int64_t parts) {
@@ -428,6 +443,8 @@ manifest::Plan planLayer(LayerOp layer, manifest::Target target,
     }
     if (warpgroup) {
       plan.tensorInputs = tensorInputs(layer);
+      if (std::optional<RowScaledOperands> rows = warpgroupRows(layer, form))
+        plan.rowInputs.emplace(rows->inputs.begin(), rows->inputs.end());
       // The read is the output: no epilogue but the store.
       auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
       plan.tensorOutput = yield.getOutput() == form.read.getOutput();

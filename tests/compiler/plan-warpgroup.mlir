@@ -14,21 +14,36 @@
 // K = 64 without a gate: keys of one tile and no scaled U, 133128 bytes.
 // The rows of q, k and v move by tensor maps, the scalar dt does not; the
 // output, which is the read, by one too, unless an epilogue follows the
-// read (@gated_output).
+// read (@gated_output). Since q, k and v are each an input's row times a
+// scalar of the token, the rows land in the operand tiles as loaded
+// (row_inputs: query, key, value); not where another tensor input is no
+// operand's row (@gated_output's z), where a scalar comes from an input
+// row (@gate_from_row) or with an erase (@with_erase).
 // CHECK: linac.layer @scalar_gate
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
 // CHECK-SAME: late_shared_inputs = array<i64>
 // CHECK-NOT: phased
+// CHECK-SAME: row_inputs = array<i64: 0, 1, 2>
 // CHECK-SAME: shared_inputs = array<i64>, shared_memory = 215064 : i64
 // CHECK-SAME: tensor_inputs = array<i64: 0, 1, 2>, tensor_output = true
 // CHECK: linac.layer @narrow_ungated
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
+// CHECK-SAME: row_inputs = array<i64: 0, 1, 2>
 // CHECK-SAME: shared_memory = 133128 : i64
 // CHECK: linac.layer @gated_output
 // CHECK-SAME: chunk_kernel = "warpgroup"
+// CHECK-NOT: row_inputs
 // CHECK-SAME: tensor_inputs = array<i64: 0, 1, 2, 4>, tensor_output = false
+// CHECK: linac.layer @gate_from_row
+// CHECK-SAME: chunk_kernel = "warpgroup"
+// CHECK-NOT: row_inputs
+// CHECK-SAME: tensor_inputs = array<i64: 0, 1, 2>
+// CHECK: linac.layer @tied_rows
+// CHECK-SAME: row_inputs = array<i64: 0, 0, 1>
+// CHECK-SAME: tensor_inputs = array<i64: 0, 1>
 // CHECK: linac.layer @with_erase
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "warpgroup"
+// CHECK-NOT: row_inputs
 // CHECK: linac.layer @narrow_values
 // CHECK-SAME: block_threads = 512 : i64, chunk_kernel = "lockstep"
 // LOCKSTEP: linac.layer @scalar_gate
@@ -75,6 +90,24 @@ linac.layer @gated_output(%S : !state)
   %zg = linac.sigmoid %z : !value
   %out = arith.mulf %o, %zg : !value
   linac.yield %S2, %out : !state, !value
+}
+
+linac.layer @gate_from_row(%S : !state)
+    inputs(%q : !key, %k : !key, %v : !value) params(%w : !key) {
+  %x = linac.dot %k, %w : !key
+  %d = linac.softplus %x : f32
+  %g = arith.negf %d : f32
+  %S1 = linac.decay %S key(%g : f32) : !state
+  %S2 = linac.write %S1, %k, %v : !state, !key, !value
+  %o = linac.read %S2, %q : !state, !key -> !value
+  linac.yield %S2, %o : !state, !value
+}
+
+linac.layer @tied_rows(%S : !state) inputs(%x : !key, %v : !value) {
+  %k = linac.l2norm %x : !key
+  %S1 = linac.write %S, %k, %v : !state, !key, !value
+  %o = linac.read %S1, %x : !state, !key -> !value
+  linac.yield %S1, %o : !state, !value
 }
 
 linac.layer @with_erase(%S : !state)

@@ -83,6 +83,9 @@
 // SOURCE-NEXT: static constexpr DecodeStaging kDecodeStaging = DecodeStaging::Bulk;
 // The lockstep kernel stores its output a token at a time.
 // SOURCE-NEXT: static constexpr bool kTensorOutput = false;
+// Its operands are staged by the prologue, not landed as input rows.
+// SOURCE-NEXT: static constexpr bool kRowScaled = false;
+// SOURCE-NEXT: static constexpr int kQueryRow = -1, kKeyRow = -1, kValueRow = -1;
 // The plan's staged inputs as flags: the vectors (32-byte rows) in shared
 // memory, the scalars not.
 // SOURCE-NEXT: static constexpr bool sharedInput(int i) {

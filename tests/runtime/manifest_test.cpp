@@ -172,6 +172,43 @@ TEST(Manifest, ErrorsNameTheField) {
   EXPECT_THROW(schema::read("{\"format\": 3"), schema::SchemaError);
 }
 
+TEST(Manifest, RowInputsAreTensorInputsOfWholeSwizzledBoxes) {
+  schema::Manifest manifest = gpuManifest();
+  manifest.valueDim = 128;
+  manifest.arguments = {{"q", schema::Role::Input, schema::Kind::Key},
+                        {"v", schema::Role::Input, schema::Kind::Value},
+                        {"dt", schema::Role::Input, schema::Kind::Scalar}};
+  manifest.plan.tensorInputs = std::vector<int64_t>{0, 1};
+  // The query and the key both rows of input 0.
+  manifest.plan.rowInputs = std::vector<int64_t>{0, 0, 1};
+  schema::Manifest read = schema::read(schema::write(manifest));
+  EXPECT_EQ(read.plan.rowInputs, (std::vector<int64_t>{0, 0, 1}));
+
+  auto refused = [&](auto edit, const std::string &message) {
+    nlohmann::json object = nlohmann::json::parse(schema::write(manifest));
+    edit(object);
+    expectRefused(object, message);
+  };
+  refused(
+      [](auto &m) {
+        m["plan"]["row_inputs"] = {0, 1};
+      },
+      "plan.row_inputs are three of the plan's tensor_inputs");
+  refused([](auto &m) { m["plan"].erase("tensor_inputs"); },
+          "plan.row_inputs are three of the plan's tensor_inputs");
+  refused([](auto &m) { m["plan"]["row_inputs"][2] = 2; },
+          "plan.row_inputs names input 2, which is not a tensor input");
+  refused(
+      [](auto &m) {
+        m["plan"]["row_inputs"] = {0, 0, 0};
+      },
+      "tensor input 'v' of a package with plan.row_inputs is not a row "
+      "of whole swizzled boxes");
+  refused([](auto &m) { m["value_dim"] = 96; },
+          "tensor input 'v' of a package with plan.row_inputs is not a row "
+          "of whole swizzled boxes");
+}
+
 TEST(Manifest, CpuKernelFilesByInstructionSet) {
   schema::Manifest manifest = gpuManifest();
   manifest.target = manifest.plan.target = schema::Target::Cpu;

@@ -200,6 +200,12 @@ struct Plan {
   /// Inputs the chunkwise kernel reads a chunk at a time through tensor maps
   /// the runtime encodes (linac_cuda_forward_args::input_maps).
   std::optional<std::vector<int64_t>> tensorInputs;
+  /// Where the query, the key and the written value are each an input's
+  /// row times a scalar of the token, those inputs (in that order): the
+  /// warpgroup kernel then lands their rows in its operand tiles by tensor
+  /// maps of 128-byte swizzled boxes and applies the scalars to the
+  /// products. Every tensor input is one of them.
+  std::optional<std::vector<int64_t>> rowInputs;
   /// Whether that kernel stores a whole chunk's output by a tensor map
   /// (linac_cuda_forward_args::output_map): where the output is the read.
   std::optional<bool> tensorOutput;
@@ -246,6 +252,7 @@ struct Plan {
     visit("shared_inputs", self.sharedInputs);
     visit("late_shared_inputs", self.lateSharedInputs);
     visit("tensor_inputs", self.tensorInputs);
+    visit("row_inputs", self.rowInputs);
     visit("tensor_output", self.tensorOutput);
     visit("block_threads", self.blockThreads, kThreadBounds);
     visit("shared_memory", self.sharedMemory, kSharedMemoryBounds);

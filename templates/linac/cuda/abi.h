@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define LINAC_CUDA_ABI_VERSION 10
+#define LINAC_CUDA_ABI_VERSION 11
 /* Inputs and parameters a layer may have, each. */
 #define LINAC_CUDA_MAX_ARGUMENTS 16
 
@@ -61,9 +61,10 @@ enum linac_cuda_segment_pass {
  * segments waits on shared memory at every step. */
 #define LINAC_CUDA_COMPOSE_THREADS 512
 
-/* Columns of the output map's box: 128 bytes of 16-bit values, the widest
- * row the 128-byte swizzle takes (a consumer warpgroup's tile). */
-#define LINAC_CUDA_OUTPUT_BOX_COLUMNS 64
+/* Columns of a 128-byte swizzled map's box (the output's, and the inputs'
+ * of a plan with row_inputs): 128 bytes of 16-bit values, the widest row
+ * the 128-byte swizzle takes (a warpgroup product's tile). */
+#define LINAC_CUDA_SWIZZLED_BOX_COLUMNS 64
 
 /* The driver's opaque CUtensorMap: 128 bytes, 128-byte aligned. */
 typedef struct linac_cuda_tensor_map {
@@ -109,7 +110,10 @@ typedef struct linac_cuda_forward_args {
   void *prepared;
   /* For the plan's tensor_inputs: a CUtensorMap of each listed input as
    * [tokens, input heads, size] moved in boxes of one head's chunk_size
-   * tokens, unswizzled; with its tensor_output, one of the output as
+   * tokens, unswizzled, or with the plan's row_inputs and bf16 activations
+   * in boxes of 64 columns by those tokens, 128-byte swizzled; with its
+   * tensor_output, one
+   * of the output as
    * [tokens, H, V] in boxes of 64 columns by one head's chunk_size tokens,
    * 128-byte swizzled. The runtime encodes them all when each takes one
    * (16-byte aligned, under 2^31 tokens) and says so in maps_encoded; else

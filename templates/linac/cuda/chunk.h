@@ -64,10 +64,10 @@ template <int K, int V, Gate G, bool ValueDecay = false> struct ChunkOperands {
 
 /// A token's chunk operands as scalars of its input rows (the generated
 /// rowScales, for a layer whose q, k and v are each an input's row times a
-/// scalar): q = q_row * q, k = k_row * k, e = k_row * e, u = v_row * u, and
-/// the key log-gate.
+/// scalar): q = q_row * q, k = k_row * k, u = v_row * u, and the key
+/// log-gate.
 struct RowScales {
-  float q, k, e, u, gk;
+  float q, k, u, gk;
 };
 
 /// The operands the generated prologue of Layer fills, at the kernel's

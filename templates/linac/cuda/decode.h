@@ -358,15 +358,16 @@ LINAC_DEVICE void tensorCopy(void *shared, const linac_cuda_tensor_map &map,
                "l"(keepUntilWrittenPolicy())
                : "memory");
 }
-/// Copies box (0, head, token) of an input's `map` ([tokens, heads, size],
-/// boxes of one head's tokens) to shared memory, counted on `barrier`, its
-/// lines the first L2 evicts.
+/// Copies box (column, head, token) of an input's `map` ([tokens, heads,
+/// size], boxes of one head's tokens) to shared memory, counted on
+/// `barrier`, its lines the first L2 evicts.
 LINAC_DEVICE void tensorCopyRows(void *shared, const linac_cuda_tensor_map &map,
-                                 int head, int token, uint64_t *barrier) {
+                                 int column, int head, int token,
+                                 uint64_t *barrier) {
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
                "complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], "
                "[%5], %6;\n" ::"r"(sharedAddress(shared)),
-               "l"(&map), "r"(0), "r"(head), "r"(token),
+               "l"(&map), "r"(column), "r"(head), "r"(token),
                "r"(sharedAddress(barrier)), "l"(readOncePolicy())
                : "memory");
 }

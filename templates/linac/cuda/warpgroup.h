@@ -195,11 +195,73 @@ LINAC_DEVICE void copyRowsByTensor(const linac_cuda_forward_args &args,
         constexpr int i = decltype(input)::value;
         if constexpr (Rows::holds(i))
           tensorCopyRows(
-              rows + Rows::offset(i), args.input_maps[i],
+              rows + Rows::offset(i), args.input_maps[i], 0,
               Token<Layer, T>{args, start, head}.groupHead(args.input_heads[i]),
               int(start), barrier);
       },
       std::make_integer_sequence<int, Layer::kNumInputs>{});
+}
+
+/// Whether a row-scaled layer's query scalars, or the products of its key's
+/// and written value's, are 1 for every token, so that their rows stay as
+/// loaded; true for any other layer.
+template <typename Layer> LINAC_DEVICE constexpr bool unitQuery() {
+  if constexpr (Layer::kRowScaled)
+    return Layer::Chunk::kUnitQuery;
+  else
+    return true;
+}
+template <typename Layer> LINAC_DEVICE constexpr bool unitWrite() {
+  if constexpr (Layer::kRowScaled)
+    return Layer::Chunk::kUnitWrite;
+  else
+    return true;
+}
+
+/// Starts the tensor copies of a chunk's query (when `reads`), key and
+/// value rows from token `start`, as the inputs hold them, into the operand
+/// tiles of buffer `b`, counted on `barrier`: the calling thread's alone.
+/// Each map's 128-byte swizzled box is a tile's 64 columns, in the layout
+/// the products read.
+template <typename Layer, typename T>
+LINAC_DEVICE void copyOperandRows(const linac_cuda_forward_args &args,
+                                  int64_t start, int head, char *b, bool reads,
+                                  uint64_t *barrier) {
+  constexpr int C = Layer::kChunkSize, K = Layer::K, V = Layer::V;
+  constexpr WarpgroupMap kMap = warpgroupMap<Layer>();
+  constexpr int Box = LINAC_CUDA_SWIZZLED_BOX_COLUMNS;
+  static_assert(Box == wgmma::kTileColumns && K % Box == 0 && V % Box == 0,
+                "the boxes are the operands' tiles");
+  arriveExpecting(barrier, unsigned(C * sizeof(T) * ((reads ? K : 0) + K + V)));
+  auto copy = [&](int input, int64_t tiles, int columns) {
+    const int inputHead =
+        Token<Layer, T>{args, start, head}.groupHead(args.input_heads[input]);
+    for (int t = 0; t < columns / Box; ++t)
+      tensorCopyRows(b + tiles + t * C * wgmma::kRowBytes,
+                     args.input_maps[input], t * Box, inputHead, int(start),
+                     barrier);
+  };
+  if (reads)
+    copy(Layer::kQueryRow, kMap.q, K);
+  copy(Layer::kKeyRow, kMap.k, K);
+  copy(Layer::kValueRow, kMap.v, V);
+}
+
+/// The squared norm of row `row` of swizzled bf16 tiles of C rows, on every
+/// lane of the warp.
+template <int N, int C>
+LINAC_DEVICE float squaredNorm(const char *tiles, int row) {
+  const WarpVec<N> v = loadSwizzled<N, __nv_bfloat16>(tiles, C, row);
+  return dot(v, v);
+}
+
+/// Row `row` of swizzled bf16 tiles of `rows` rows times `factor`, in place.
+template <int N>
+LINAC_DEVICE void scaleSwizzledRow(char *tiles, int rows, int row,
+                                   float factor) {
+  storeSwizzled(loadSwizzled<N, __nv_bfloat16>(tiles, rows, row) *
+                    WarpVec<N>::splat(factor),
+                tiles, rows, row);
 }
 
 /// A consumer's part in writing a chunk's reads, staged as 16-bit tiles of
@@ -221,10 +283,10 @@ LINAC_DEVICE void writeReads(const linac_cuda_forward_args &args, char *tiles,
     fenceSharedForBulkCopies();
     barrierWait(kConsumerGroup + g, 128);
     if (consumerThread % 128 == 0) {
-      static_assert(LINAC_CUDA_OUTPUT_BOX_COLUMNS == wgmma::kTileColumns,
+      static_assert(LINAC_CUDA_SWIZZLED_BOX_COLUMNS == wgmma::kTileColumns,
                     "the output map's box is a consumer's tile");
-      tensorStoreRows(args.output_map, LINAC_CUDA_OUTPUT_BOX_COLUMNS * g, head,
-                      int(start), tiles + g * C * wgmma::kRowBytes);
+      tensorStoreRows(args.output_map, LINAC_CUDA_SWIZZLED_BOX_COLUMNS * g,
+                      head, int(start), tiles + g * C * wgmma::kRowBytes);
       commitBulkStores();
       waitBulkStoresRead();
     }
@@ -580,6 +642,13 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
   constexpr bool kTensorRows = tensorRows<Staged>();
   const bool tensor = kTensorRows && args.maps_encoded;
   Scalars scalars;
+  // Token i of the chunk from `start`, its inputs from the staged rows and
+  // scalars (no input stays in registers).
+  const StagedInputs<Staged, T> none{};
+  auto stagedToken = [&](int64_t start, int i) {
+    return StagedToken<Staged, T, kProducerWarps>{
+        {args, start + i, head}, none, scalars, inputRows, nullptr, params, i};
+  };
   auto copyRows = [&](int64_t c) {
     const int64_t start = begin + c * C;
     if (!tensor)
@@ -607,7 +676,6 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
     } else {
       Rows::wait();
     }
-    StagedInputs<Staged, T> none;
     // Rows past a partial chunk's end run the prologue on stale rows and
     // then store zeros; a whole chunk (nearly every one) takes no selects.
     auto stageTokens = [&](auto partial) {
@@ -619,15 +687,7 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
         for (int j = 0; j < kStagingTokens<Layer>; ++j) {
           const int i = first + j * kProducerWarps;
           ops[j] = noOperands<Layer>();
-          Layer::Chunk::prologue(
-              StagedToken<Staged, T, kProducerWarps>{{args, start + i, head},
-                                                     none,
-                                                     scalars,
-                                                     inputRows,
-                                                     nullptr,
-                                                     params,
-                                                     i},
-              ops[j]);
+          Layer::Chunk::prologue(stagedToken(start, i), ops[j]);
         }
 #pragma unroll
         for (int j = 0; j < kStagingTokens<Layer>; ++j) {
@@ -662,11 +722,71 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
     barrierArrive(staged + int(c % 2), Threads);
   };
 
+  // Row-scaled operands (bf16 activations, the maps encoded): the query,
+  // key and value rows land in chunk c's tiles as the inputs hold them; the
+  // producer then scales the query's rows by their scalars and the value's
+  // by the write's (the key's times the value's: P's column s and the
+  // state's product both take key s and value s together), so that the
+  // consumers read the operands as the prologue would have staged them.
+  constexpr bool kRowScaledKernel =
+      Layer::kRowScaled && std::is_same_v<T, __nv_bfloat16>;
+  const bool rowScaled = kRowScaledKernel && tensor;
+  auto stageRowScaled = [&](int64_t c) {
+    if constexpr (kRowScaledKernel) {
+      const int64_t start = begin + c * C;
+      const int L = chunkLength(c);
+      char *const b = buffer(c);
+      float *const logGates = gates + c % 2 * C;
+      if (stagingThread == 0)
+        copyOperandRows<Layer, T>(args, start, head, b, work.reads, rowBarrier);
+      scalars.load(args, start, L, head, stagingWarp);
+      waitBarrier(rowBarrier, unsigned(c % 2));
+      for (int i = stagingWarp; i < C; i += kProducerWarps) {
+        float norms[3] = {};
+        if constexpr (Layer::Chunk::kQueryNorm)
+          norms[0] = squaredNorm<K, C>(b + kMap.q, i);
+        if constexpr (Layer::Chunk::kKeyNorm)
+          norms[1] = squaredNorm<K, C>(b + kMap.k, i);
+        if constexpr (Layer::Chunk::kValueNorm)
+          norms[2] = squaredNorm<V, C>(b + kMap.v, i);
+        RowScales scales;
+        Layer::Chunk::rowScales(stagedToken(start, i), norms[0], norms[1],
+                                norms[2], scales);
+        if (!unitQuery<Layer>() && work.reads)
+          scaleSwizzledRow<K>(b + kMap.q, C, i, scales.q);
+        // Rows past a partial chunk's end (the next sequence's, or zeros
+        // past the batch) enter nothing: their log-gates are zero and their
+        // key and value rows zeroed, so that no value of another sequence
+        // reaches the state.
+        const bool live = i < L;
+        if (!live) {
+          storeSwizzled(WarpVec<K>::splat(0.0f), b + kMap.k, C, i);
+          storeSwizzled(WarpVec<V>::splat(0.0f), b + kMap.v, C, i);
+        } else if (!unitWrite<Layer>()) {
+          scaleSwizzledRow<V>(b + kMap.v, C, i, scales.k * scales.u);
+        }
+        if (laneId() == 0)
+          logGates[i] =
+              G == Gate::Scalar && live ? floorLogGate(scales.gk) : 0.0f;
+      }
+      wgmma::fenceShared();
+      barrierArrive(kOperandsIn + int(c % 2), Threads);
+    }
+  };
+
   if (threadIdx.x < ProducerThreads) {
     //===------------------------------------------------------------===//
     // Producer
     //===------------------------------------------------------------===//
     setRegisters<kProducerRegisters, false>();
+    if (rowScaled) {
+      for (int64_t c = 0; c < chunks; ++c) {
+        if (c >= 2)
+          barrierWait(kOperandsRead + int(c % 2), Threads);
+        stageRowScaled(c);
+      }
+      return;
+    }
     if constexpr (Layer::kErase) {
       // The consumers stage each chunk (kOperandsRead) and take it back
       // solved (kOperandsIn).

@@ -1,7 +1,7 @@
 // The query scales each channel by its own factor: no row scaling.
-!key = tensor<16xf32, #linac.key>
-!value = tensor<16xf32, #linac.value>
-!state = !linac.state<16x16>
+!key = tensor<128xf32, #linac.key>
+!value = tensor<128xf32, #linac.value>
+!state = !linac.state<128x128>
 
 linac.layer @channel_query(%S : !state)
     inputs(%q : !key, %k : !key, %v : !value, %w : !key) {

@@ -15,6 +15,8 @@
 
 #include "llvm/ADT/SmallVector.h"
 
+#include <array>
+#include <optional>
 #include <string>
 
 namespace linac {
@@ -82,6 +84,20 @@ struct RowScaling {
 
 /// The row scaling of `operand`, a vector of a layer's body.
 RowScaling rowScalingOf(LayerOp layer, mlir::Value operand);
+
+/// A layer whose query, key and written value are each an input's row times
+/// a scalar of the token, its strengths and key log-gates scalars computed
+/// from scalar inputs and parameters alone (no normaliser, no value-side
+/// decay): the three inputs' indices in that order, and whether the
+/// query's scalar, and the product of the key's and the written value's,
+/// are 1 for every token.
+struct RowScaledOperands {
+  std::array<int64_t, 3> inputs;
+  bool unitQuery, unitWrite;
+};
+/// The row-scaled operands of a layer; none for any other.
+std::optional<RowScaledOperands> rowScaledOperands(LayerOp layer,
+                                                   const NormalForm &form);
 
 /// Elements one value of an input or parameter holds: a tensor's, or 1 for
 /// a scalar.

@@ -740,8 +740,16 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
       if (stagingThread == 0)
         copyOperandRows<Layer, T>(args, start, head, b, work.reads, rowBarrier);
       scalars.load(args, start, L, head, stagingWarp);
-      waitBarrier(rowBarrier, unsigned(c % 2));
-      for (int i = stagingWarp; i < C; i += kProducerWarps) {
+      // Each of the warp's tokens' scalars, its log-gate stored: before the
+      // rows land where no norm needs them, so that the math overlaps the
+      // copies.
+      constexpr bool kRowNorms = Layer::Chunk::kQueryNorm ||
+                                 Layer::Chunk::kKeyNorm ||
+                                 Layer::Chunk::kValueNorm;
+      constexpr int Tokens = C / kProducerWarps;
+      float queryScales[Tokens], writeScales[Tokens];
+      auto scalesOf = [&](int j) {
+        const int i = stagingWarp + j * kProducerWarps;
         float norms[3] = {};
         if constexpr (Layer::Chunk::kQueryNorm)
           norms[0] = squaredNorm<K, C>(b + kMap.q, i);
@@ -752,22 +760,34 @@ LINAC_DEVICE void warpgroupChunks(const linac_cuda_forward_args &args,
         RowScales scales;
         Layer::Chunk::rowScales(stagedToken(start, i), norms[0], norms[1],
                                 norms[2], scales);
+        queryScales[j] = scales.q;
+        writeScales[j] = scales.k * scales.u;
+        if (laneId() == 0)
+          logGates[i] =
+              G == Gate::Scalar && i < L ? floorLogGate(scales.gk) : 0.0f;
+      };
+      if constexpr (!kRowNorms)
+#pragma unroll
+        for (int j = 0; j < Tokens; ++j)
+          scalesOf(j);
+      waitBarrier(rowBarrier, unsigned(c % 2));
+#pragma unroll
+      for (int j = 0; j < Tokens; ++j) {
+        if constexpr (kRowNorms)
+          scalesOf(j);
+        const int i = stagingWarp + j * kProducerWarps;
         if (!unitQuery<Layer>() && work.reads)
-          scaleSwizzledRow<K>(b + kMap.q, C, i, scales.q);
+          scaleSwizzledRow<K>(b + kMap.q, C, i, queryScales[j]);
         // Rows past a partial chunk's end (the next sequence's, or zeros
         // past the batch) enter nothing: their log-gates are zero and their
         // key and value rows zeroed, so that no value of another sequence
         // reaches the state.
-        const bool live = i < L;
-        if (!live) {
+        if (i >= L) {
           storeSwizzled(WarpVec<K>::splat(0.0f), b + kMap.k, C, i);
           storeSwizzled(WarpVec<V>::splat(0.0f), b + kMap.v, C, i);
         } else if (!unitWrite<Layer>()) {
-          scaleSwizzledRow<V>(b + kMap.v, C, i, scales.k * scales.u);
+          scaleSwizzledRow<V>(b + kMap.v, C, i, writeScales[j]);
         }
-        if (laneId() == 0)
-          logGates[i] =
-              G == Gate::Scalar && live ? floorLogGate(scales.gk) : 0.0f;
       }
       wgmma::fenceShared();
       barrierArrive(kOperandsIn + int(c % 2), Threads);

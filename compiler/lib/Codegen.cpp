@@ -171,7 +171,7 @@ public:
   /// prologue and epilogue of the chunkwise families.
   std::string chunkFunctions(const Flavor &flavor, StringRef prologueSignature,
                              StringRef epilogueSignature);
-  /// For a layer of rowScaledInputs: which operands' scalars take their
+  /// For a layer of rowScaledOperands: which operands' scalars take their
   /// row's norm, and which are 1 for every token.
   std::string rowScaleConstants();
   /// rowScales: each chunk operand's scalar given its input row's squared

@@ -203,8 +203,9 @@ struct Plan {
   /// Where the query, the key and the written value are each an input's
   /// row times a scalar of the token, those inputs (in that order): the
   /// warpgroup kernel then lands their rows in its operand tiles by tensor
-  /// maps of 128-byte swizzled boxes and applies the scalars to the
-  /// products. Every tensor input is one of them.
+  /// maps of 128-byte swizzled boxes (bf16 activations) and scales those
+  /// rows by the tokens' scalars in place. Every tensor input is one of
+  /// them.
   std::optional<std::vector<int64_t>> rowInputs;
   /// Whether that kernel stores a whole chunk's output by a tensor map
   /// (linac_cuda_forward_args::output_map): where the output is the read.

@@ -112,12 +112,11 @@ typedef struct linac_cuda_forward_args {
    * [tokens, input heads, size] moved in boxes of one head's chunk_size
    * tokens, unswizzled, or with the plan's row_inputs and bf16 activations
    * in boxes of 64 columns by those tokens, 128-byte swizzled; with its
-   * tensor_output, one
-   * of the output as
-   * [tokens, H, V] in boxes of 64 columns by one head's chunk_size tokens,
-   * 128-byte swizzled. The runtime encodes them all when each takes one
-   * (16-byte aligned, under 2^31 tokens) and says so in maps_encoded; else
-   * the kernel copies rows itself. */
+   * tensor_output, one of the output as [tokens, H, V] in boxes of 64
+   * columns by one head's chunk_size tokens, 128-byte swizzled. The runtime
+   * encodes them all when each takes one (16-byte aligned, under 2^31
+   * tokens) and says so in maps_encoded; else the kernel copies rows
+   * itself. */
   int32_t maps_encoded;
   linac_cuda_tensor_map input_maps[LINAC_CUDA_MAX_ARGUMENTS];
   linac_cuda_tensor_map output_map;

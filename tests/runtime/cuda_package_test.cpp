@@ -444,7 +444,7 @@ TEST_F(CudaPackage, NumbersAreRangeChecked) {
        "key_dim is 9223372036854775808"},
       {[](auto &m) { m["key_dim"] = "16"; }, "key_dim is \"16\""},
       {[](auto &m) { m["format"] = 1; },
-       "manifest format 1 is not the supported format 4"},
+       "manifest format 1 is not the supported format 5"},
       {[](auto &m) { m["decode"]["max_tokens"] = 0; },
        "decode.max_tokens is 0"},
       {[](auto &m) { m["decode"]["parts"] = int64_t(1) << 40; },

@@ -31,7 +31,7 @@ enum class DType { Float32, BFloat16, Float16 };
 namespace manifest {
 
 /// The manifest format this runtime reads and the compiler writes.
-inline constexpr int64_t kFormat = 4;
+inline constexpr int64_t kFormat = 5;
 
 enum class Target { Cpu, Sm90a, Sm80 };
 /// The forward pass's algorithm.

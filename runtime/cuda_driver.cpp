@@ -178,8 +178,10 @@ ModuleCache::~ModuleCache() {
   // Best effort: a context the caller destroyed took its modules and
   // memory with it, and pushing it fails.
   for (const auto &loaded : modules_)
-    inContext(loaded.first,
-              [&] { driver().cuModuleUnload(loaded.second.module); });
+    inContext(loaded.first, [&] {
+      for (CUmodule module : loaded.second.modules)
+        driver().cuModuleUnload(module);
+    });
   for (const auto &counters : workCounters_)
     inContext(counters.first.first,
               [&] { driver().cuMemFree(counters.second); });
@@ -190,18 +192,29 @@ CUfunction ModuleCache::function(CUcontext context, const std::string &entry,
   std::lock_guard<std::mutex> lock(mutex_);
   auto loaded = modules_.find(context);
   if (loaded == modules_.end()) {
-    CUmodule module;
-    check(driver().cuModuleLoadData(&module, image_.data()),
-          "cuModuleLoadData");
-    loaded = modules_.emplace(context, Module{module, {}}).first;
+    // Every module or none, so that a failed load is tried again.
+    Modules fresh;
+    for (const std::string &image : images_) {
+      CUmodule module;
+      CUresult result = driver().cuModuleLoadData(&module, image.data());
+      if (result != CUDA_SUCCESS)
+        for (CUmodule done : fresh.modules)
+          driver().cuModuleUnload(done);
+      check(result, "cuModuleLoadData");
+      fresh.modules.push_back(module);
+    }
+    loaded = modules_.emplace(context, std::move(fresh)).first;
   }
   std::map<std::string, CUfunction> &functions = loaded->second.functions;
   if (auto known = functions.find(entry); known != functions.end())
     return known->second;
   CUfunction function;
-  check(driver().cuModuleGetFunction(&function, loaded->second.module,
-                                     entry.c_str()),
-        "cuModuleGetFunction('" + entry + "')");
+  CUresult found = CUDA_ERROR_NOT_FOUND;
+  for (CUmodule module : loaded->second.modules)
+    if ((found = driver().cuModuleGetFunction(
+             &function, module, entry.c_str())) != CUDA_ERROR_NOT_FOUND)
+      break;
+  check(found, "cuModuleGetFunction('" + entry + "')");
   // Kernels get 48 KiB of dynamic shared memory unless they opt in to more.
   constexpr unsigned kDefaultSharedMemory = 48 * 1024;
   if (sharedMemory > kDefaultSharedMemory)

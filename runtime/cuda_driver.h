@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace linac::cuda {
 
@@ -113,12 +114,15 @@ private:
 /// functions looked up so far.
 class ModuleCache {
 public:
-  explicit ModuleCache(std::string image) : image_(std::move(image)) {}
+  /// The kernel files' images, each a module in every context.
+  explicit ModuleCache(std::vector<std::string> images)
+      : images_(std::move(images)) {}
   ~ModuleCache();
   ModuleCache(const ModuleCache &) = delete;
   ModuleCache &operator=(const ModuleCache &) = delete;
 
-  /// The kernel `entry` in `context`, allowed `sharedMemory` bytes of
+  /// The kernel `entry` (of whichever module has it) in `context`, allowed
+  /// `sharedMemory` bytes of
   /// dynamic shared memory. Safe to call from several threads.
   CUfunction function(CUcontext context, const std::string &entry,
                       unsigned sharedMemory);
@@ -134,13 +138,13 @@ public:
   CUdeviceptr workCounters(CUcontext context, CUstream stream);
 
 private:
-  struct Module {
-    CUmodule module;
+  struct Modules {
+    std::vector<CUmodule> modules;
     std::map<std::string, CUfunction> functions;
   };
-  std::string image_;
+  std::vector<std::string> images_;
   std::mutex mutex_;
-  std::map<CUcontext, Module> modules_;
+  std::map<CUcontext, Modules> modules_;
   std::map<std::pair<CUcontext, std::string>, int64_t> residentBlocks_;
   std::map<std::pair<CUcontext, CUstream>, CUdeviceptr> workCounters_;
 };

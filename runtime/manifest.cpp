@@ -205,8 +205,8 @@ void checkFile(const std::string &file, const std::string &field) {
     throw SchemaError(field + " '" + file + "' is not a file of the package");
 }
 
-/// The file of the package's forward kernels for `isa` (a CPU package
-/// holds one file per instruction set, a GPU package one file).
+/// A CPU package's file of its forward kernels for `isa` (one file per
+/// instruction set).
 const std::string &kernelFileFor(const Manifest &manifest,
                                  std::optional<CpuIsa> isa) {
   for (const Kernel &kernel : manifest.kernels)
@@ -216,13 +216,15 @@ const std::string &kernelFileFor(const Manifest &manifest,
 }
 
 void checkKernel(const Manifest &manifest, const Kernel &kernel,
-                 const std::string &field) {
+                 KernelGroup group, const std::string &field) {
   checkFile(kernel.file, field + ".file");
   if (kernel.isa && isGpu(manifest.target))
     throw SchemaError(field + ".isa is " +
                       std::string(nameOf(*kernel.isa)) +
                       "; only CPU kernels name one");
-  const std::string &file = kernelFileFor(manifest, kernel.isa);
+  const std::string file = isGpu(manifest.target)
+                               ? cudaKernelFile(cudaKernelPart(group))
+                               : kernelFileFor(manifest, kernel.isa);
   if (kernel.file != file)
     throw SchemaError(field + ".file '" + kernel.file +
                       "' is not the package's kernel file '" + file + "'");
@@ -232,9 +234,10 @@ void checkKernel(const Manifest &manifest, const Kernel &kernel,
 }
 
 void checkKernels(const Manifest &manifest, const std::vector<Kernel> &kernels,
-                  const std::string &list) {
+                  KernelGroup group, const std::string &list) {
   for (size_t i = 0; i < kernels.size(); ++i)
-    checkKernel(manifest, kernels[i], list + "[" + std::to_string(i) + "]");
+    checkKernel(manifest, kernels[i], group,
+                list + "[" + std::to_string(i) + "]");
 }
 
 void checkArguments(const Manifest &manifest) {
@@ -268,7 +271,13 @@ void checkAgreement(const Manifest &manifest) {
   checkArguments(manifest);
   if (manifest.kernels.empty())
     throw SchemaError("kernels is empty");
-  checkKernels(manifest, manifest.kernels, "kernels");
+  for (size_t i = 0; i < manifest.kernels.size(); ++i) {
+    const Kernel &kernel = manifest.kernels[i];
+    checkKernel(manifest, kernel,
+                kernel.family == Family::Recurrent ? KernelGroup::Scan
+                                                   : KernelGroup::Chunk,
+                "kernels[" + std::to_string(i) + "]");
+  }
   if (!manifest.hasBackward() && !manifest.backwardKernels.empty())
     throw SchemaError("backward_kernels are listed for a package without "
                       "its backward");
@@ -277,14 +286,17 @@ void checkAgreement(const Manifest &manifest) {
     throw SchemaError(manifest.backwardKernels.empty()
                           ? "backward_kernels is empty"
                           : "backward_kernels are a GPU package's");
-  checkKernels(manifest, manifest.backwardKernels, "backward_kernels");
+  checkKernels(manifest, manifest.backwardKernels, KernelGroup::Backward,
+               "backward_kernels");
   if (manifest.decode.kernels.empty())
     throw SchemaError("decode.kernels is empty");
-  checkKernels(manifest, manifest.decode.kernels, "decode.kernels");
+  checkKernels(manifest, manifest.decode.kernels, KernelGroup::Decode,
+               "decode.kernels");
   if (manifest.segments) {
     if (!isGpu(manifest.target))
       throw SchemaError("segments are a GPU package's");
-    checkKernel(manifest, manifest.segments->compose, "segments.compose");
+    checkKernel(manifest, manifest.segments->compose, KernelGroup::Compose,
+                "segments.compose");
   }
   if (manifest.plan.phased.has_value() != manifest.phased.has_value())
     throw SchemaError(manifest.phased ? "phased is only a plan.phased plan's"
@@ -298,8 +310,9 @@ void checkAgreement(const Manifest &manifest) {
         throw SchemaError("phased.prepare[" + std::to_string(i) +
                           "] and phased.state[" + std::to_string(i) +
                           "] differ in dtype");
-    checkKernels(manifest, phased->prepare, "phased.prepare");
-    checkKernels(manifest, phased->state, "phased.state");
+    checkKernels(manifest, phased->prepare, KernelGroup::Phased,
+                 "phased.prepare");
+    checkKernels(manifest, phased->state, KernelGroup::Phased, "phased.state");
     if (phased->chunkBytes % 16 != 0)
       throw SchemaError("phased.chunk_bytes " +
                         std::to_string(phased->chunkBytes) +
@@ -403,26 +416,50 @@ std::vector<RuntimeArgument> runtimeArguments(bool normalizer) {
           {"o", Kind::Value, "[B, T, H, V]"}};
 }
 
+int cudaKernelPart(KernelGroup group) {
+  switch (group) {
+  case KernelGroup::Chunk:
+  case KernelGroup::Compose:
+  case KernelGroup::Backward:
+    return 0;
+  case KernelGroup::Scan:
+  case KernelGroup::Phased:
+  case KernelGroup::Decode:
+    return 1;
+  }
+  return 0;
+}
+
+std::string cudaKernelFile(int part) {
+  return part == 0 ? "layer.cubin" : "layer." + std::to_string(part) + ".cubin";
+}
+
+/// The file of a GPU package's `group`.
+static std::string fileOf(KernelGroup group) {
+  return cudaKernelFile(cudaKernelPart(group));
+}
+
 std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file) {
   if (plan.target == Target::Cpu)
     return {{"linac_cpu_forward", file, DType::Float32, plan.family}};
   std::vector<Kernel> kernels;
   for (DType dtype : {DType::BFloat16, DType::Float16})
     if (chunkwiseFor(plan, dtype))
-      kernels.push_back({"linac_chunk_" + std::string(nameOf(dtype)), file,
-                         dtype, plan.family, plan.blockThreads,
-                         plan.sharedMemory});
+      kernels.push_back({"linac_chunk_" + std::string(nameOf(dtype)),
+                         fileOf(KernelGroup::Chunk), dtype, plan.family,
+                         plan.blockThreads, plan.sharedMemory});
   for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16})
     if (!chunkwiseFor(plan, dtype))
-      kernels.push_back({"linac_scan_" + std::string(nameOf(dtype)), file,
-                         dtype, Family::Recurrent, plan.scanBlockThreads,
-                         int64_t(0)});
+      kernels.push_back({"linac_scan_" + std::string(nameOf(dtype)),
+                         fileOf(KernelGroup::Scan), dtype, Family::Recurrent,
+                         plan.scanBlockThreads, int64_t(0)});
   return kernels;
 }
 
-std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file) {
+std::vector<Kernel> backwardKernels(const Plan &plan) {
   if (plan.target == Target::Cpu)
     return {};
+  const std::string file = fileOf(KernelGroup::Backward);
   // Each kernel takes every activation dtype (an argument), named float32.
   if (plan.backwardFamily.value_or(Family::Recurrent) == Family::Recurrent)
     return {{"linac_scan_backward", file, DType::Float32, Family::Recurrent,
@@ -451,17 +488,19 @@ std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file) {
   return kernels;
 }
 
-std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file) {
+std::optional<Segments> segmentsFor(const Plan &plan) {
   if (plan.target == Target::Cpu || plan.family == Family::Recurrent)
     return std::nullopt;
-  return Segments{{"linac_segment_compose", file, DType::Float32, plan.family,
-                   plan.composeBlockThreads, plan.composeSharedMemory},
+  return Segments{{"linac_segment_compose", fileOf(KernelGroup::Compose),
+                   DType::Float32, plan.family, plan.composeBlockThreads,
+                   plan.composeSharedMemory},
                   plan.transitionBlocks.value()};
 }
 
-std::optional<Phased> phasedFor(const Plan &plan, const std::string &file) {
+std::optional<Phased> phasedFor(const Plan &plan) {
   if (!plan.phased)
     return std::nullopt;
+  const std::string file = fileOf(KernelGroup::Phased);
   Phased phased;
   for (DType dtype : {DType::BFloat16, DType::Float16}) {
     if (!chunkwiseFor(plan, dtype))
@@ -483,10 +522,29 @@ std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file) {
     return {{"linac_cpu_decode", file, DType::Float32, Family::Recurrent}};
   std::vector<Kernel> kernels;
   for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16})
-    kernels.push_back({"linac_decode_" + std::string(nameOf(dtype)), file,
-                       dtype, Family::Recurrent, plan.decodeBlockThreads,
-                       plan.decodeSharedMemory});
+    kernels.push_back({"linac_decode_" + std::string(nameOf(dtype)),
+                       fileOf(KernelGroup::Decode), dtype, Family::Recurrent,
+                       plan.decodeBlockThreads, plan.decodeSharedMemory});
   return kernels;
+}
+
+std::vector<std::string> kernelFiles(const Manifest &manifest) {
+  std::vector<std::string> files;
+  auto add = [&](const std::vector<Kernel> &kernels) {
+    for (const Kernel &kernel : kernels)
+      if (std::find(files.begin(), files.end(), kernel.file) == files.end())
+        files.push_back(kernel.file);
+  };
+  add(manifest.kernels);
+  add(manifest.backwardKernels);
+  add(manifest.decode.kernels);
+  if (manifest.segments)
+    add({manifest.segments->compose});
+  if (manifest.phased) {
+    add(manifest.phased->prepare);
+    add(manifest.phased->state);
+  }
+  return files;
 }
 
 void addIsaVariant(Manifest &manifest, CpuIsa isa, const std::string &file) {

@@ -169,12 +169,14 @@ void Package::readManifest(const std::string &path, Package *package) {
         {arg.name, "runtime", std::string(manifest::nameOf(arg.kind)),
          arg.shape});
   package->maxDecodeTokens_ = info.decode.maxTokens;
-  package->kernelFile_ = info.kernels.front().file;
+  package->kernelFiles_ = manifest::kernelFiles(info);
+  package->kernelFile_ = package->kernelFiles_.front();
   if (!device) {
     // The schema keeps each instruction set's entries in one file.
     const manifest::Kernel &forward = cpuKernelFor(info.kernels);
     const manifest::Kernel &decode = cpuKernelFor(info.decode.kernels);
     package->kernelFile_ = forward.file;
+    package->kernelFiles_ = {forward.file};
     package->forwardEntry_ = forward.entry;
     package->decodeEntry_ = decode.entry;
     return;
@@ -215,8 +217,10 @@ void Package::readManifest(const std::string &path, Package *package) {
 void Package::loadKernels(const std::string &path) {
   const manifest::Integrity &integrity = *info_.integrity;
   if (runsOnDevice()) {
-    modules_ = std::make_unique<cuda::ModuleCache>(
-        verifiedBinary(path, manifest_, integrity, kernelFile_));
+    std::vector<std::string> images;
+    for (const std::string &file : kernelFiles_)
+      images.push_back(verifiedBinary(path, manifest_, integrity, file));
+    modules_ = std::make_unique<cuda::ModuleCache>(std::move(images));
     return;
   }
   // dlopen maps the file, and a file shorter than its headers say faults

@@ -1224,12 +1224,20 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
     out += fmt::format("static_assert(linac::cuda::chunkSharedBytes<Layer>() "
                        "== {}, \"the plan's shared memory\");\n",
                        plan.sharedMemory.value());
-  for (const manifest::Kernel &kernel : manifest::forwardKernels(plan, ""))
-    out += fmt::format("LINAC_{}_KERNEL_{}(Layer)\n",
-                       kernel.family == manifest::Family::Recurrent ? "SCAN"
-                                                                    : "CHUNK",
-                       StringRef(manifest::nameOf(kernel.dtype)).upper());
-  if (std::optional<manifest::Phased> phased = manifest::phasedFor(plan, "")) {
+  // Each kernel in the part whose file the manifest names for it, so that
+  // the parts compile side by side.
+  auto inPart = [](manifest::KernelGroup group, StringRef kernels) {
+    return fmt::format("#if LINAC_IN_PART({})\n{}#endif\n",
+                       manifest::cudaKernelPart(group), kernels.str());
+  };
+  for (const manifest::Kernel &kernel : manifest::forwardKernels(plan, "")) {
+    bool scan = kernel.family == manifest::Family::Recurrent;
+    out += inPart(
+        scan ? manifest::KernelGroup::Scan : manifest::KernelGroup::Chunk,
+        fmt::format("LINAC_{}_KERNEL_{}(Layer)\n", scan ? "SCAN" : "CHUNK",
+                    StringRef(manifest::nameOf(kernel.dtype)).upper()));
+  }
+  if (std::optional<manifest::Phased> phased = manifest::phasedFor(plan)) {
     out += fmt::format(
         "static_assert(linac::cuda::phasedSharedBytes<Layer>() == {} && "
         "linac::cuda::prepareSharedBytes<Layer>() == {} && "
@@ -1238,35 +1246,40 @@ FailureOr<std::string> linac::emitCudaSource(LayerOp layer,
         plan.phasedSharedMemory.value(), plan.prepareSharedMemory.value(),
         phased->chunkBytes);
     for (const manifest::Kernel &kernel : phased->state)
-      out += fmt::format("LINAC_PHASED_KERNELS_{}(Layer)\n",
-                         StringRef(manifest::nameOf(kernel.dtype)).upper());
+      out += inPart(
+          manifest::KernelGroup::Phased,
+          fmt::format("LINAC_PHASED_KERNELS_{}(Layer)\n",
+                      StringRef(manifest::nameOf(kernel.dtype)).upper()));
   }
-  if (std::optional<manifest::Segments> segments =
-          manifest::segmentsFor(plan, ""))
-    out += fmt::format(
-        "static_assert(linac::cuda::transitionBlocks<Layer>() == {}, "
-        "\"the plan's transition blocks\");\n"
-        "static_assert(linac::cuda::composeThreads<Layer>() == {} && "
-        "linac::cuda::composeSharedBytes<Layer>() == {}, "
-        "\"the plan's compose kernel\");\n"
-        "LINAC_SEGMENT_COMPOSE_KERNEL(Layer)\n",
-        segments->transitionBlocks, segments->compose.blockThreads.value(),
-        segments->compose.sharedMemory.value());
+  if (std::optional<manifest::Segments> segments = manifest::segmentsFor(plan))
+    out +=
+        fmt::format(
+            "static_assert(linac::cuda::transitionBlocks<Layer>() == {}, "
+            "\"the plan's transition blocks\");\n"
+            "static_assert(linac::cuda::composeThreads<Layer>() == {} && "
+            "linac::cuda::composeSharedBytes<Layer>() == {}, "
+            "\"the plan's compose kernel\");\n",
+            segments->transitionBlocks, segments->compose.blockThreads.value(),
+            segments->compose.sharedMemory.value()) +
+        inPart(manifest::KernelGroup::Compose,
+               "LINAC_SEGMENT_COMPOSE_KERNEL(Layer)\n");
   if (backward && chunkBackward)
     out +=
         fmt::format("static_assert(linac::cuda::backwardSharedBytes(Layer::K, "
                     "linac::cuda::backwardGates(Layer::K, Layer::kKeyGate == "
                     "linac::cuda::Gate::Vector)) == "
-                    "{}, \"the plan's backward shared memory\");\n"
-                    "LINAC_CHUNK_BACKWARD_KERNELS(Layer)\n",
-                    plan.backwardSharedMemory.value());
+                    "{}, \"the plan's backward shared memory\");\n",
+                    plan.backwardSharedMemory.value()) +
+        inPart(manifest::KernelGroup::Backward,
+               "LINAC_CHUNK_BACKWARD_KERNELS(Layer)\n");
   else if (backward)
-    out += "LINAC_SCAN_BACKWARD_KERNEL(Layer)\n";
+    out += inPart(manifest::KernelGroup::Backward,
+                  "LINAC_SCAN_BACKWARD_KERNEL(Layer)\n");
   out += fmt::format(
-      "static_assert(linac::cuda::decodeSharedBytes<Layer>() == {}, "
-      "\"the plan's decode shared memory\");\n"
-      "LINAC_DECODE_KERNELS(Layer)\n",
-      plan.decodeSharedMemory.value());
+             "static_assert(linac::cuda::decodeSharedBytes<Layer>() == {}, "
+             "\"the plan's decode shared memory\");\n",
+             plan.decodeSharedMemory.value()) +
+         inPart(manifest::KernelGroup::Decode, "LINAC_DECODE_KERNELS(Layer)\n");
   if (emitter.failed)
     return failure();
   return out;

@@ -220,8 +220,17 @@ struct BenchOptions {
   bool open = false;
 };
 
+/// The bytes of a package's kernel files, together.
+static uintmax_t kernelBytes(const std::string &path,
+                             const linac::Package &package) {
+  uintmax_t bytes = 0;
+  for (const std::string &file : package.kernelFiles())
+    bytes += std::filesystem::file_size(std::filesystem::path(path) / file);
+  return bytes;
+}
+
 /// Times Package::open (its integrity checks and reading or loading its
-/// kernel file; a CUDA module loads at the first call, not here): one JSON
+/// kernel files; a CUDA module loads at the first call, not here): one JSON
 /// line a package, the median of `reps` opens.
 int benchOpen(const std::vector<std::string> &paths, int reps) {
   for (const std::string &path : paths) {
@@ -231,10 +240,8 @@ int benchOpen(const std::vector<std::string> &paths, int reps) {
     nlohmann::json line = {{"variant", package->layer()},
                            {"mode", "open"},
                            {"target", package->target()},
-                           {"kernel_file", package->kernelFile()},
-                           {"kernel_bytes", std::filesystem::file_size(
-                                                std::filesystem::path(path) /
-                                                package->kernelFile())},
+                           {"kernel_files", package->kernelFiles()},
+                           {"kernel_bytes", kernelBytes(path, *package)},
                            {"ms", seconds * 1e3}};
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);

@@ -278,7 +278,7 @@ TEST_F(PackageIntegrity, NumbersAreRangeChecked) {
       {[](auto &m) { m["kernels"][0]["file"] = "../layer.so"; },
        "kernels[0].file '../layer.so' is not a file of the package"},
       {[](auto &m) { m["format"] = 1; },
-       "manifest format 1 is not the supported format 4"},
+       "manifest format 1 is not the supported format 5"},
       {[](auto &m) { m["integrity"]["files"].erase("layer.so"); },
        "integrity.files has no entry for 'layer.so'"},
       {[](auto &m) { m["arguments"][2]["name"] = "q"; },

@@ -1,12 +1,14 @@
-// A package for a GPU target: the generated CUDA source, the cubin, and a
-// manifest describing each kernel. A second compilation of the same spec
-// takes the cubin from the cache; sm_80 builds too.
+// A package for a GPU target: the generated CUDA source, the cubins (the
+// kernels in two parts, the source compiled once a part side by side), and
+// a manifest describing each kernel and naming its cubin. A second
+// compilation of the same spec takes the cubins from the cache; sm_80
+// builds too.
 // RUN: rm -rf %t.linac %t.again.linac %t.cache %t.sm80.linac %t.w8.linac
 // RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_90a -o %t.linac
 // RUN: FileCheck %s --check-prefix=MANIFEST --input-file %t.linac/manifest.json
 // RUN: FileCheck %s --check-prefix=SOURCE --input-file %t.linac/layer.cu
 // RUN: FileCheck %s --check-prefix=STAGING --input-file %t.linac/manifest.json
-// RUN: ls %t.cache | count 1
+// RUN: ls %t.cache | count 2
 // The cache key holds the compiler: through a logging wrapper the first
 // compilation misses, the second hits.
 // RUN: rm -f %t.calls
@@ -16,7 +18,7 @@
 // RUN: env LINAC_CACHE_DIR=%t.cache NVCC=%t.nvcc linac compile %s --target sm_90a -o %t.again.linac
 // RUN: grep -c -- -cubin %t.calls | FileCheck %s --check-prefix=ONECOMPILE
 // RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_80 -o %t.sm80.linac
-// RUN: ls %t.cache | count 3
+// RUN: ls %t.cache | count 6
 // RUN: linac describe %t.sm80.linac | FileCheck %s --check-prefix=DESCRIBE
 // RUN: env LINAC_CACHE_DIR=%t.cache linac compile %s --target sm_90a --decode-warps 8 -o %t.w8.linac
 // RUN: FileCheck %s --check-prefix=WARPS8 --input-file %t.w8.linac/manifest.json
@@ -44,6 +46,10 @@
 // MANIFEST: "integrity": {
 // MANIFEST-NEXT: "contract": "{{[0-9a-f]+}}",
 // MANIFEST-NEXT: "files": {
+// MANIFEST-NEXT: "layer.1.cubin": {
+// MANIFEST-NEXT: "bytes": {{[1-9][0-9]*}},
+// MANIFEST-NEXT: "sha256": "{{[0-9a-f]+}}"
+// MANIFEST-NEXT: },
 // MANIFEST-NEXT: "layer.cubin": {
 // MANIFEST-NEXT: "bytes": {{[1-9][0-9]*}},
 // MANIFEST-NEXT: "sha256": "{{[0-9a-f]+}}"
@@ -60,7 +66,7 @@
 // MANIFEST-NEXT: "dtype": "float32",
 // MANIFEST-NEXT: "entry": "linac_scan_float32",
 // MANIFEST-NEXT: "family": "recurrent",
-// MANIFEST-NEXT: "file": "layer.cubin",
+// MANIFEST-NEXT: "file": "layer.1.cubin",
 // MANIFEST-NEXT: "shared_memory": 0
 // MANIFEST-NOT: "entry": "linac_scan_bfloat16",
 // An erase under a scalar gate also has the phased kernels, which the
@@ -104,13 +110,29 @@
 // SOURCE: KeyRows<16, Split>::load(token.input(0))
 // SOURCE: state.eraseWrite(arg_k, {{.*}} * arg_k, {{.*}} * arg_v, beta);
 // SOURCE: static_assert(linac::cuda::chunkSharedBytes<Layer>() ==
-// SOURCE: LINAC_CHUNK_KERNEL_BFLOAT16(Layer)
+// Each kernel in the part whose cubin the manifest names for it.
+// SOURCE: #if LINAC_IN_PART(0)
+// SOURCE-NEXT: LINAC_CHUNK_KERNEL_BFLOAT16(Layer)
+// SOURCE-NEXT: #endif
+// SOURCE-NEXT: #if LINAC_IN_PART(0)
 // SOURCE-NEXT: LINAC_CHUNK_KERNEL_FLOAT16(Layer)
+// SOURCE-NEXT: #endif
+// SOURCE-NEXT: #if LINAC_IN_PART(1)
 // SOURCE-NEXT: LINAC_SCAN_KERNEL_FLOAT32(Layer)
+// SOURCE-NEXT: #endif
 // SOURCE-NEXT: static_assert(linac::cuda::phasedSharedBytes<Layer>() ==
+// SOURCE-NEXT: #if LINAC_IN_PART(1)
 // SOURCE-NEXT: LINAC_PHASED_KERNELS_BFLOAT16(Layer)
+// SOURCE-NEXT: #endif
+// SOURCE-NEXT: #if LINAC_IN_PART(1)
 // SOURCE-NEXT: LINAC_PHASED_KERNELS_FLOAT16(Layer)
-// SOURCE: LINAC_DECODE_KERNELS(Layer)
+// SOURCE-NEXT: #endif
+// SOURCE: #if LINAC_IN_PART(0)
+// SOURCE-NEXT: LINAC_SEGMENT_COMPOSE_KERNEL(Layer)
+// SOURCE: #if LINAC_IN_PART(0)
+// SOURCE-NEXT: LINAC_CHUNK_BACKWARD_KERNELS(Layer)
+// SOURCE: #if LINAC_IN_PART(1)
+// SOURCE-NEXT: LINAC_DECODE_KERNELS(Layer)
 // SOURCE: LINAC_CONTRACT("{{[0-9a-f]+}}")
 
 // WARPS8: "decode_warps": 8
@@ -129,7 +151,8 @@
 // STAGING-NEXT: 2
 // STAGING-NEXT: ],
 
-// ONECOMPILE: {{^1$}}
+// One compilation: nvcc once for each of the two parts.
+// ONECOMPILE: {{^2$}}
 // DESCRIBE: layer @small_gated_delta for sm_80, K = 16, V = 16
 
 // BENCHDTYPE: error: unknown dtype 'int8'; expected bfloat16, float16 or float32

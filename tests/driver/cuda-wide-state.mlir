@@ -7,7 +7,7 @@
 // CHECK: "decode": {
 // CHECK: "entry": "linac_decode_float32",
 // CHECK-NEXT: "family": "recurrent",
-// CHECK-NEXT: "file": "layer.cubin",
+// CHECK-NEXT: "file": "layer.1.cubin",
 // CHECK-NEXT: "shared_memory": 0
 // CHECK: "decode_stages": 0,
 

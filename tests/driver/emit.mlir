@@ -66,6 +66,7 @@
 // CUDA: struct Decode {
 // CUDA: state.eraseWrite(state_1, {{.*}}, arg_v, 1.0f);  // %S2 = linac.erase %S1, %state, %read; %S3 = linac.write %S2, %state, %v
 // CUDA: static_assert(linac::cuda::backwardSharedBytes(Layer::K, {{.*}}) == {{[0-9]+}}
+// CUDA-NEXT: #if LINAC_IN_PART(0)
 // CUDA-NEXT: LINAC_CHUNK_BACKWARD_KERNELS(Layer)
 // CUDA-NOT: LINAC_SCAN_BACKWARD_KERNEL
 

@@ -15,6 +15,10 @@
 // RUN: echo mine > %t/p.linac/mine.txt
 // RUN: not linac compile %s -o %t/p.linac 2>&1 | FileCheck %s --check-prefix=REFUSED
 // RUN: test -f %t/p.linac/mine.txt
+// A GPU package, its kernels in two cubins, is replaced too.
+// RUN: linac compile %s --target sm_80 -o %t/gpu.linac
+// RUN: linac compile %s --target sm_80 -o %t/gpu.linac
+// RUN: test -f %t/gpu.linac/layer.cubin && test -f %t/gpu.linac/layer.1.cubin
 
 // Nor is a file, or a link to a package.
 // RUN: echo data > %t/file && not linac compile %s -o %t/file 2>&1 | FileCheck %s --check-prefix=REFUSED
@@ -35,6 +39,7 @@
 // HERE: error: {{.*}} is the current directory or holds it; a package needs a path of its own
 // DATA: data
 // LEFT: file
+// LEFT: gpu.linac
 // LEFT: link.linac
 // LEFT: notes
 // LEFT: p.linac

@@ -31,9 +31,11 @@ constexpr int64_t kDim = 16;
 namespace schema = linac::manifest;
 
 schema::Kernel kernel(const char *entry, linac::DType dtype,
-                      schema::Family family, int64_t blockThreads,
-                      int64_t sharedMemory) {
-  return {entry, "layer.cubin", dtype, family, blockThreads, sharedMemory};
+                      schema::Family family, schema::KernelGroup group,
+                      int64_t blockThreads, int64_t sharedMemory) {
+  return {entry,        schema::cudaKernelFile(schema::cudaKernelPart(group)),
+          dtype,        family,
+          blockThreads, sharedMemory};
 }
 
 /// A layer with key, value and scalar inputs and a per-head parameter, as
@@ -53,17 +55,20 @@ nlohmann::json cudaManifest() {
                         {"v", Role::Input, Kind::Value},
                         {"g", Role::Input, Kind::Scalar},
                         {"A_log", Role::Param, Kind::Scalar}};
-  manifest.kernels = {
-      kernel("linac_chunk_bfloat16", DType::BFloat16, Family::Chunkwise, 256,
-             190464),
-      kernel("linac_scan_bfloat16", DType::BFloat16, Family::Recurrent, 128, 0),
-      kernel("linac_scan_float32", DType::Float32, Family::Recurrent, 160, 0)};
-  manifest.backwardKernels = {
-      kernel("linac_scan_backward", DType::Float32, Family::Recurrent, 128, 0)};
+  using Group = schema::KernelGroup;
+  manifest.kernels = {kernel("linac_chunk_bfloat16", DType::BFloat16,
+                             Family::Chunkwise, Group::Chunk, 256, 190464),
+                      kernel("linac_scan_bfloat16", DType::BFloat16,
+                             Family::Recurrent, Group::Scan, 128, 0),
+                      kernel("linac_scan_float32", DType::Float32,
+                             Family::Recurrent, Group::Scan, 160, 0)};
+  manifest.backwardKernels = {kernel("linac_scan_backward", DType::Float32,
+                                     Family::Recurrent, Group::Backward, 128,
+                                     0)};
   manifest.decode.parts = 2;
   manifest.decode.staging = schema::DecodeStaging::Tensor;
   manifest.decode.kernels = {kernel("linac_decode_float32", DType::Float32,
-                                    Family::Recurrent, 128, 0)};
+                                    Family::Recurrent, Group::Decode, 128, 0)};
   manifest.step = "{}";
   return nlohmann::json::parse(schema::write(manifest));
 }
@@ -81,8 +86,8 @@ protected:
   }
 
   /// A package directory (the test's name and `suffix`) holding `manifest`
-  /// and a stand-in cubin that carries the manifest's contract, the
-  /// manifest sealed with both hashes.
+  /// and a stand-in cubin for each kernel file it names, each carrying the
+  /// manifest's contract, the manifest sealed with their hashes.
   fs::path write(nlohmann::json manifest, const std::string &suffix = "") {
     fs::path path =
         fs::path(testing::TempDir()) /
@@ -94,13 +99,21 @@ protected:
     std::string cubin = std::string("\x7f"
                                     "ELF stand-in ") +
                         LINAC_CONTRACT_PREFIX + contract;
-    manifest["integrity"] = {
-        {"contract", contract},
-        {"files",
-         {{"layer.cubin",
-           {{"bytes", cubin.size()}, {"sha256", linac::sha256Hex(cubin)}}}}}};
+    nlohmann::json files = nlohmann::json::object();
+    std::function<void(const nlohmann::json &)> findFiles =
+        [&](const nlohmann::json &node) {
+          if (node.is_object() && node.contains("file"))
+            files[node["file"].get<std::string>()] = {
+                {"bytes", cubin.size()}, {"sha256", linac::sha256Hex(cubin)}};
+          if (node.is_structured())
+            for (const nlohmann::json &child : node)
+              findFiles(child);
+        };
+    findFiles(manifest);
+    manifest["integrity"] = {{"contract", contract}, {"files", files}};
     std::ofstream(path / "manifest.json") << manifest.dump(1);
-    std::ofstream(path / "layer.cubin", std::ios::binary) << cubin;
+    for (const auto &file : files.items())
+      std::ofstream(path / file.key(), std::ios::binary) << cubin;
     return path;
   }
 
@@ -365,7 +378,10 @@ TEST_F(CudaPackage, BadManifestsAreRefused) {
        "kernels[1].block_threads is 2048; expected an integer from 1 to 1024"},
       {[](auto &m) { m["kernels"][2]["file"] = "other.cubin"; },
        "kernels[2].file 'other.cubin' is not the package's kernel file "
-       "'layer.cubin'"},
+       "'layer.1.cubin'"},
+      {[](auto &m) { m["decode"]["kernels"][0]["file"] = "layer.cubin"; },
+       "decode.kernels[0].file 'layer.cubin' is not the package's kernel "
+       "file 'layer.1.cubin'"},
       {[](auto &m) { m["kernels"] = nlohmann::json::array(); },
        "kernels is empty"},
       {[](auto &m) { m["decode"]["kernels"] = nlohmann::json::array(); },
@@ -428,7 +444,7 @@ TEST_F(CudaPackage, NumbersAreRangeChecked) {
        "key_dim is 9223372036854775808"},
       {[](auto &m) { m["key_dim"] = "16"; }, "key_dim is \"16\""},
       {[](auto &m) { m["format"] = 1; },
-       "manifest format 1 is not the supported format 4"},
+       "manifest format 1 is not the supported format 5"},
       {[](auto &m) { m["decode"]["max_tokens"] = 0; },
        "decode.max_tokens is 0"},
       {[](auto &m) { m["decode"]["parts"] = int64_t(1) << 40; },
@@ -540,12 +556,16 @@ TEST_F(CudaPackage, TheCubinIsTiedToItsManifest) {
 }
 
 TEST_F(CudaPackage, MissingCubinIsRefused) {
-  fs::path path = write(cudaManifest());
-  fs::remove(path / "layer.cubin");
-  std::string message = rejection([&] { linac::Package::open(path.string()); },
-                                  linac::Error::Kind::Package);
-  EXPECT_NE(message.find("cannot read 'layer.cubin'"), std::string::npos)
-      << message;
+  for (const char *file : {"layer.cubin", "layer.1.cubin"}) {
+    fs::path path = write(cudaManifest());
+    fs::remove(path / file);
+    std::string message =
+        rejection([&] { linac::Package::open(path.string()); },
+                  linac::Error::Kind::Package);
+    EXPECT_NE(message.find(std::string("cannot read '") + file + "'"),
+              std::string::npos)
+        << message;
+  }
 }
 
 } // namespace

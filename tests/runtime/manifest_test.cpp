@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace {
 
 namespace schema = linac::manifest;
@@ -47,7 +49,7 @@ schema::Manifest gpuManifest() {
   manifest.arguments = {{"q", schema::Role::Input, schema::Kind::Key},
                         {"w", schema::Role::Param, schema::Kind::Matrix}};
   manifest.kernels = schema::forwardKernels(plan, "layer.cubin");
-  manifest.backwardKernels = schema::backwardKernels(plan, "layer.cubin");
+  manifest.backwardKernels = schema::backwardKernels(plan);
   manifest.decode.kernels = schema::decodeKernels(plan, "layer.cubin");
   manifest.decode.parts = plan.decodeParts;
   manifest.decode.staging = plan.decodeStaging;
@@ -79,6 +81,31 @@ TEST(Manifest, WritesWhatItReads) {
   EXPECT_EQ(read.integrity->files.at("layer.cubin").bytes, 7);
 }
 
+// A GPU package's kernels lie in their group's part's file, and the
+// package lists each file once.
+TEST(Manifest, GpuKernelsLieInTheirPartsFiles) {
+  schema::Manifest manifest = gpuManifest();
+  const std::string chunkFile = schema::cudaKernelFile(
+      schema::cudaKernelPart(schema::KernelGroup::Chunk));
+  const std::string decodeFile = schema::cudaKernelFile(
+      schema::cudaKernelPart(schema::KernelGroup::Decode));
+  EXPECT_NE(chunkFile, decodeFile);
+  for (const schema::Kernel &kernel : manifest.kernels)
+    EXPECT_EQ(kernel.file, kernel.family == schema::Family::Recurrent
+                               ? schema::cudaKernelFile(schema::cudaKernelPart(
+                                     schema::KernelGroup::Scan))
+                               : chunkFile)
+        << kernel.entry;
+  for (const schema::Kernel &kernel : manifest.decode.kernels)
+    EXPECT_EQ(kernel.file, decodeFile) << kernel.entry;
+  std::vector<std::string> files = schema::kernelFiles(manifest);
+  std::vector<std::string> sorted = files;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  for (const std::string &file : {chunkFile, decodeFile})
+    EXPECT_NE(std::find(files.begin(), files.end(), file), files.end()) << file;
+}
+
 TEST(Manifest, EmptyOptionalFieldsAreLeftOut) {
   schema::Manifest manifest = gpuManifest();
   manifest.plan.subchunkSize.reset();
@@ -103,11 +130,10 @@ TEST(Manifest, KernelListFollowsThePlan) {
             "linac_cpu_forward");
   // A cpu package's backward is its kernel file's linac_cpu_backward; a
   // GPU package's kernels each take every dtype: token by token one,
-  EXPECT_TRUE(schema::backwardKernels(plan, "layer.so").empty());
+  EXPECT_TRUE(schema::backwardKernels(plan).empty());
   plan.target = schema::Target::Sm80;
   plan.backwardFamily = schema::Family::Recurrent;
-  const std::vector<schema::Kernel> backward =
-      schema::backwardKernels(plan, "k");
+  const std::vector<schema::Kernel> backward = schema::backwardKernels(plan);
   ASSERT_EQ(backward.size(), 1u);
   EXPECT_EQ(backward.front().entry, "linac_scan_backward");
   EXPECT_EQ(backward.front().blockThreads, plan.scanBlockThreads);
@@ -117,7 +143,7 @@ TEST(Manifest, KernelListFollowsThePlan) {
   plan.backwardFamily = schema::Family::DeltaChunkwise;
   plan.backwardSharedMemory = 109952;
   std::vector<std::string> chunkwise;
-  for (const schema::Kernel &kernel : schema::backwardKernels(plan, "k")) {
+  for (const schema::Kernel &kernel : schema::backwardKernels(plan)) {
     chunkwise.push_back(kernel.entry);
     EXPECT_EQ(kernel.family, schema::Family::DeltaChunkwise);
     const bool perToken = kernel.entry == "linac_backward_operands" ||
@@ -216,7 +242,7 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
   manifest.plan.tensorInputs.reset();
   manifest.plan.tensorOutput.reset();
   manifest.kernels = schema::forwardKernels(manifest.plan, "layer.so");
-  manifest.backwardKernels = schema::backwardKernels(manifest.plan, "layer.so");
+  manifest.backwardKernels = schema::backwardKernels(manifest.plan);
   manifest.decode.kernels = schema::decodeKernels(manifest.plan, "layer.so");
   schema::addIsaVariant(manifest, schema::CpuIsa::Avx2Fma, "layer.avx2_fma.so");
   ASSERT_EQ(manifest.kernels.size(), 2u);
@@ -246,13 +272,13 @@ TEST(Manifest, CpuKernelFilesByInstructionSet) {
 TEST(Manifest, PhasedKernelsFollowThePlan) {
   schema::Manifest manifest = gpuManifest();
   schema::Plan &plan = manifest.plan;
-  EXPECT_FALSE(schema::phasedFor(plan, "layer.cubin"));
+  EXPECT_FALSE(schema::phasedFor(plan));
   plan.phased = schema::PhasedUse::ByShape;
   plan.phasedBlockThreads = plan.prepareBlockThreads = 256;
   plan.phasedSharedMemory = 90000;
   plan.prepareSharedMemory = 60000;
   plan.preparedChunkBytes = 4096;
-  manifest.phased = schema::phasedFor(plan, "layer.cubin");
+  manifest.phased = schema::phasedFor(plan);
   // A preparing and a state kernel per chunkwise dtype: the plan's fp16
   // takes the scan.
   ASSERT_TRUE(manifest.phased);
@@ -271,7 +297,7 @@ TEST(Manifest, PhasedKernelsFollowThePlan) {
        {schema::PhasedUse::Segmented, schema::PhasedUse::Always}) {
     schema::Manifest withUse = manifest;
     withUse.plan.phased = use;
-    withUse.phased = schema::phasedFor(withUse.plan, "layer.cubin");
+    withUse.phased = schema::phasedFor(withUse.plan);
     schema::Manifest back = schema::read(schema::write(withUse));
     EXPECT_EQ(back.plan.phased, use);
     EXPECT_EQ(back.phased->use, use);

@@ -1,6 +1,7 @@
 //===- PackageOutput.cpp - where `linac compile` puts a package -----------===//
 
 #include "PackageOutput.h"
+#include "linac/manifest.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -25,9 +26,19 @@ namespace linac::output {
 namespace {
 
 /// The files a package holds; a directory of these alone is one linac wrote.
-constexpr const char *kPackageFiles[] = {
-    "manifest.json", "layer.mlir", "layer.cpp",  "layer.so",
-    "layer.avx2_fma.so", "layer.cu", "layer.cubin"};
+constexpr const char *kPackageFiles[] = {"manifest.json",     "layer.mlir",
+                                         "layer.cpp",         "layer.so",
+                                         "layer.avx2_fma.so", "layer.cu"};
+
+/// Whether `name` is a file the compiler writes into a package.
+bool isPackageFile(llvm::StringRef name) {
+  if (llvm::is_contained(kPackageFiles, name))
+    return true;
+  for (int part = 0; part < linac::manifest::kCudaKernelParts; ++part)
+    if (name == linac::manifest::cudaKernelFile(part))
+      return true;
+  return false;
+}
 
 /// Registered temporaries, strdup'ed; the handler only reads them.
 constexpr int kSlots = 8;
@@ -80,8 +91,7 @@ bool isPackage(const std::string &dir) {
   for (fs::directory_iterator it(dir, ec, /*follow_symlinks=*/false), end;
        it != end && !ec; it.increment(ec)) {
     llvm::StringRef name = path::filename(it->path());
-    if (it->type() != fs::file_type::regular_file ||
-        !llvm::is_contained(kPackageFiles, name))
+    if (it->type() != fs::file_type::regular_file || !isPackageFile(name))
       return false;
   }
   return !ec;

@@ -101,7 +101,6 @@ std::optional<Toolchain> toolchain::find(StringRef target,
                    fmt::format("-gencode=arch=compute_{0},code=sm_{0}", arch),
                    include};
     tools.source = "layer.cu";
-    tools.kernel = "layer.cubin";
   }
   return tools;
 }

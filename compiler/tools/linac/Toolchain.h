@@ -34,7 +34,9 @@ struct Toolchain {
   std::vector<std::string> flags;
   /// Given only where the kernel file is linked (cpu's shared object).
   std::vector<std::string> linkFlags;
-  std::string source, kernel; ///< file names inside the package
+  /// File names inside the package: the generated source and a CPU
+  /// package's kernel file (a GPU package's are manifest::cudaKernelFile's).
+  std::string source, kernel;
   /// Linked after the source: the CPU products' archive.
   std::vector<std::string> libraries;
   /// Kernel files of the same source for richer instruction sets (cpu on

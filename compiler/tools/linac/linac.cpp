@@ -125,7 +125,8 @@ static linac::manifest::FileRecord recordOf(const std::string &path) {
 }
 
 /// The manifest of `layer`'s package, without its integrity: what the
-/// runtime needs to check and launch the kernels in the file `kernelFile`.
+/// runtime needs to check and launch the kernels (a CPU package's in the
+/// file `kernelFile`).
 static linac::manifest::Manifest
 manifestOf(linac::LayerOp layer, const linac::manifest::NormalForm &form,
            const linac::manifest::Plan &plan, const std::string &specHash,
@@ -151,9 +152,9 @@ manifestOf(linac::LayerOp layer, const linac::manifest::NormalForm &form,
   if (noBackward)
     contents.backward = false;
   else
-    contents.backwardKernels = manifest::backwardKernels(plan, kernelFile);
-  contents.segments = manifest::segmentsFor(plan, kernelFile);
-  contents.phased = manifest::phasedFor(plan, kernelFile);
+    contents.backwardKernels = manifest::backwardKernels(plan);
+  contents.segments = manifest::segmentsFor(plan);
+  contents.phased = manifest::phasedFor(plan);
   contents.decode.kernels = manifest::decodeKernels(plan, kernelFile);
   // With tensor staging the runtime encodes a tensor map of each call's
   // pool for the kernel (linac_cuda_decode_args::state_map).
@@ -265,24 +266,37 @@ static int compile() {
   std::string contract =
       linac::contractHash(linac::manifest::write(contents));
   *source += linac::emitContract(contract);
-  auto writeManifest = [&] {
-    contents.integrity = linac::manifest::Integrity{
-        contract,
-        {{tools->kernel, recordOf(staging.path() + "/" + tools->kernel)}}};
+  // A CPU package's file and one a variant; a GPU package's file a part
+  // that holds kernels, the source compiled for each part side by side.
+  std::vector<linac::toolchain::KernelBuild> builds;
+  auto addBuild = [&](const std::string &file, std::vector<std::string> flags,
+                      std::vector<std::string> libraries) {
+    builds.push_back(
+        {staging.path() + "/" + file, std::move(flags), std::move(libraries)});
+  };
+  if (cpu) {
+    addBuild(tools->kernel, {}, tools->libraries);
     for (const linac::toolchain::IsaVariant &variant : tools->isaVariants)
-      contents.integrity->files[variant.kernel] =
-          recordOf(staging.path() + "/" + variant.kernel);
+      addBuild(variant.kernel, variant.flags, variant.libraries);
+  } else {
+    std::vector<std::string> files = linac::manifest::kernelFiles(contents);
+    for (int part = 0; part < linac::manifest::kCudaKernelParts; ++part)
+      if (llvm::is_contained(files, linac::manifest::cudaKernelFile(part)))
+        addBuild(linac::manifest::cudaKernelFile(part),
+                 {fmt::format("-DLINAC_KERNEL_PART={}", part)},
+                 tools->libraries);
+  }
+  auto writeManifest = [&] {
+    contents.integrity = linac::manifest::Integrity{contract, {}};
+    for (const linac::toolchain::KernelBuild &build : builds)
+      contents.integrity->files[llvm::sys::path::filename(build.kernel).str()] =
+          recordOf(build.kernel);
     return write("manifest.json", linac::manifest::write(contents));
   };
 
   if (failed(write(tools->source, *source)) ||
       failed(write("layer.mlir", normalized)))
     return fail("could not write the package " + out);
-  std::vector<linac::toolchain::KernelBuild> builds{
-      {staging.path() + "/" + tools->kernel, {}, tools->libraries}};
-  for (const linac::toolchain::IsaVariant &variant : tools->isaVariants)
-    builds.push_back({staging.path() + "/" + variant.kernel, variant.flags,
-                      variant.libraries});
   if (!linac::toolchain::build(*tools, staging.path() + "/" + tools->source,
                                builds, *source, error))
     return fail(error);

@@ -31,7 +31,7 @@ enum class DType { Float32, BFloat16, Float16 };
 namespace manifest {
 
 /// The manifest format this runtime reads and the compiler writes.
-inline constexpr int64_t kFormat = 4;
+inline constexpr int64_t kFormat = 5;
 
 enum class Target { Cpu, Sm90a, Sm80 };
 /// The forward pass's algorithm.
@@ -335,14 +335,29 @@ struct Kernel {
   }
 };
 
+/// The kinds of a GPU package's kernels, by which its kernel files share
+/// them out.
+enum class KernelGroup { Chunk, Scan, Compose, Phased, Backward, Decode };
+/// A GPU package's kernels lie in this many files, compiled side by side
+/// from one source (each with LINAC_KERNEL_PART set to its part).
+inline constexpr int kCudaKernelParts = 2;
+/// The part whose file holds a GPU package's kernels of `group`: the
+/// chunk, compose and backward kernels in one, the scan, phased and decode
+/// kernels in the other, halves of about equal compile time.
+int cudaKernelPart(KernelGroup group);
+/// A GPU package's kernel file of part `part`: layer.cubin, layer.1.cubin.
+std::string cudaKernelFile(int part);
+
 /// A package's forward kernels in the order the runtime searches them, so
-/// that the first for a dtype is the fastest; `file` holds them all.
+/// that the first for a dtype is the fastest. For the kernel-list functions
+/// below, `file` is a CPU package's kernel file; a GPU package's kernels
+/// lie in the files cudaKernelFile names.
 std::vector<Kernel> forwardKernels(const Plan &plan, const std::string &file);
 /// A CUDA package's backward kernels, each taking the activation dtype as an
 /// argument (listed as float32): the chunkwise backward's seven in launch
 /// order, or linac_scan_backward; none on the CPU, whose backward is the
 /// kernel file's linac_cpu_backward.
-std::vector<Kernel> backwardKernels(const Plan &plan, const std::string &file);
+std::vector<Kernel> backwardKernels(const Plan &plan);
 /// A package's decode kernels, one per activation dtype (one entry on the
 /// CPU).
 std::vector<Kernel> decodeKernels(const Plan &plan, const std::string &file);
@@ -362,7 +377,7 @@ struct Segments {
   }
 };
 /// A package's segments: for chunkwise GPU plans only.
-std::optional<Segments> segmentsFor(const Plan &plan, const std::string &file);
+std::optional<Segments> segmentsFor(const Plan &plan);
 
 /// A package's phased chunkwise forward (templates/linac/cuda/abi.h,
 /// linac_cuda_forward_args::prepared): per chunkwise dtype a preparing
@@ -383,7 +398,7 @@ struct Phased {
   }
 };
 /// A package's phased kernels, where the plan has them.
-std::optional<Phased> phasedFor(const Plan &plan, const std::string &file);
+std::optional<Phased> phasedFor(const Plan &plan);
 
 /// New tokens per sequence one decode call takes (speculative decoding).
 inline constexpr int64_t kMaxDecodeTokens = 8;
@@ -502,6 +517,10 @@ struct SchemaError : std::runtime_error {
 Manifest read(const std::string &text);
 /// The manifest's text, as a package holds it.
 std::string write(const Manifest &manifest);
+
+/// The files `manifest`'s kernels lie in, each once, in the order its
+/// lists name them.
+std::vector<std::string> kernelFiles(const Manifest &manifest);
 
 /// Adds a CPU package's forward and decode entries in `file`, built for
 /// `isa`, after the baseline's (those without an isa, which get the

@@ -199,8 +199,10 @@ public:
   /// --no-backward`).
   bool hasBackward() const { return info_.hasBackward(); }
   /// The kernel file loaded: of a cpu package, the one for the richest
-  /// instruction set this host runs.
+  /// instruction set this host runs; of a GPU package, its first.
   const std::string &kernelFile() const { return kernelFile_; }
+  /// Every kernel file loaded: a GPU package's kernels lie in several.
+  const std::vector<std::string> &kernelFiles() const { return kernelFiles_; }
 
   /// Validates `request`'s tensors and returns the shapes they imply.
   ForwardShape check(const ForwardRequest &request) const;
@@ -285,6 +287,7 @@ private:
   /// The manifest's kernel file (layer.so or the cubin) and, on the CPU,
   /// its entry points.
   std::string kernelFile_, forwardEntry_, decodeEntry_;
+  std::vector<std::string> kernelFiles_;
   void *library_ = nullptr;
   void *forward_ = nullptr;
   void *decode_ = nullptr;
@@ -360,7 +363,7 @@ private:
   std::vector<CudaKernel> preparingKernels_, phasedKernels_;
   int64_t preparedChunkBytes_ = 0;
   manifest::PhasedUse phasedUse_ = manifest::PhasedUse::ByShape;
-  std::unique_ptr<cuda::ModuleCache> modules_; ///< the cubin, per context
+  std::unique_ptr<cuda::ModuleCache> modules_; ///< the cubins, per context
 };
 
 } // namespace linac

@@ -126,6 +126,15 @@
 
 /// The manifest's contract hash, where the runtime finds it in the cubin's
 /// bytes without a GPU (linac/contract.h).
+// A package's kernels lie in several files, each compiled from the same
+// source with LINAC_KERNEL_PART set to its part (the manifest's
+// cudaKernelPart); without it the source defines every kernel.
+#ifdef LINAC_KERNEL_PART
+#define LINAC_IN_PART(part) (LINAC_KERNEL_PART == (part))
+#else
+#define LINAC_IN_PART(part) 1
+#endif
+
 #define LINAC_CONTRACT(hash)                                                   \
   extern "C" __device__ const char linac_contract[] =                          \
       LINAC_CONTRACT_PREFIX hash;

@@ -16,12 +16,15 @@
 // under saturating gates) and of 1 for 300 on a state pool (sequences skipped,
 // slots out of order) against the reference, and a prefill followed by a
 // decode step against one prefill of all the tokens. Then, unless the package
-// was compiled with --no-backward, the backward pass in bf16, fp16 and fp32 against the reference's gradients (relative
-// error at most 2e-2 in 16-bit types, 1e-4 in fp32; backwardCases). With
+// was compiled with --no-backward, the backward pass in bf16, fp16 and fp32
+// against the reference's gradients (relative error at most 2e-2 in 16-bit
+// types, 1e-4 in fp32; backwardCases). With
 // --bench it then times every package at B8 T4096 H16 in bf16 (one JSON line
 // each, as `linac bench` prints) and prints a table last; --bench-only skips
 // the checks (for profilers). --rounds N runs the checks N times, each on fresh
-// inputs, and reports each check's largest errors over the rounds. Exits
+// inputs, and reports each check's largest errors over the rounds. Each
+// check's row (errors, verdict, seconds) is printed as the check ends, and
+// a table of every check's largest errors after the last round. Exits
 // non-zero on any failed check.
 //
 //===----------------------------------------------------------------------===//
@@ -35,6 +38,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -581,6 +585,7 @@ int main(int argc, char **argv) {
           check.dtype == DType::Float32 ? 1e-4 : check.tolerance16;
       std::string verdict;
       Outcome outcome;
+      const auto started = std::chrono::steady_clock::now();
       try {
         outcome = check.run();
         bool good = check.nanGates
@@ -594,19 +599,25 @@ int main(int argc, char **argv) {
       } catch (const Error &e) {
         verdict = std::string("FAIL: ") + e.what();
       }
+      const double seconds = std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now() - started)
+                                 .count();
       check.outputError = std::max(check.outputError, outcome.outputError);
       check.stateError = std::max(check.stateError, outcome.stateError);
-      if (verdict == "ok")
-        continue;
-      ++failed;
-      ok = false;
+      // Each check's row as it ends, so that a run cut short (a timeout)
+      // still says what passed and which check it was in.
       char row[200];
       std::snprintf(row, sizeof row, "round %d: %-22s %-11s %-9s %10.2e %10.2e ",
                     round, check.package->layer().c_str(), check.name.c_str(),
                     dtypeName(check.dtype), outcome.outputError,
                     outcome.stateError);
+      std::printf("%s%s (%.2f s)\n", row, verdict.c_str(), seconds);
+      std::fflush(stdout);
+      if (verdict == "ok")
+        continue;
+      ++failed;
+      ok = false;
       failures.push_back(row + verdict);
-      std::printf("%s\n", failures.back().c_str());
       check.verdict = "FAIL";
     }
     std::printf("round %d of %d: %zu checks, %d failed\n", round, rounds,

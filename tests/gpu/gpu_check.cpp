@@ -18,10 +18,10 @@
 // decode step against one prefill of all the tokens. Then, unless the package
 // was compiled with --no-backward, the backward pass in bf16, fp16 and fp32
 // against the reference's gradients (relative error at most 2e-2 in 16-bit
-// types, 1e-4 in fp32; backwardCases). With
-// --bench it then times every package at B8 T4096 H16 in bf16 (one JSON line
-// each, as `linac bench` prints) and prints a table last; --bench-only skips
-// the checks (for profilers). --rounds N runs the checks N times, each on fresh
+// types, 1e-4 in fp32; backwardCases). With --bench it then times every
+// package at B8 T4096 H16 in bf16 (one JSON line each, as `linac bench`
+// prints) and prints a table last; --bench-only skips the checks (for
+// profilers). --rounds N runs the checks N times, each on fresh
 // inputs, and reports each check's largest errors over the rounds. Each
 // check's row (errors, verdict, seconds) is printed as the check ends, and
 // a table of every check's largest errors after the last round. Exits

@@ -63,7 +63,7 @@ done
 status=0
 for p in $(seq "$parallel"); do
   wait "${pids[$((p - 1))]}" || status=1
-  grep -E "^round [0-9]+ of |FAIL" "build-gpu/check-$p.log"
+  grep -E "^round [0-9]+( of |:.*FAIL)" "build-gpu/check-$p.log"
 done
 [ $status -eq 0 ] || { echo "a checker failed: see build-gpu/check-*.log"; exit 1; }
 exec "$check" --bench-only "${options[@]}" "${packages[@]}"

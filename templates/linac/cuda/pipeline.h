@@ -753,10 +753,13 @@ LINAC_DEVICE void keyVectorProducts(const typename Layout::Buffer &buffer,
 /// a warp) are its working memory. The inverses T_bb of the four 16 x 16
 /// diagonal blocks by forward substitution, a half-warp a column, each warp
 /// the same two columns of every block with the four substitutions
-/// interleaved (each waits on a shuffle a row); then T_10 and T_32 from
-/// them, and the lower-left 32 x 32 block from the two triangles beside it:
+/// interleaved (each waits on a shuffle a row; with `RowsAhead` each
+/// lane's row of A loaded four columns a step ahead of them, which the
+/// warpgroup kernel's producer gains from and the preparing blocks, two a
+/// multiprocessor, do not); then T_10 and T_32 from them, and the
+/// lower-left 32 x 32 block from the two triangles beside it:
 /// -T_hi (A_lo T_lo).
-template <int AS, int IS, typename Sync>
+template <int AS, int IS, bool RowsAhead, typename Sync>
 LINAC_DEVICE void invertUnitLower(float *a, float *inverses, float *scratch,
                                   int p, Sync sync) {
   constexpr int C = kChunkSize, GroupWarps = kPipelineGroupWarps;
@@ -770,14 +773,50 @@ LINAC_DEVICE void invertUnitLower(float *a, float *inverses, float *scratch,
 #pragma unroll
     for (int b = 0; b < Blocks; ++b)
       x[b] = i == column ? 1.0f : 0.0f;
+    if constexpr (RowsAhead) {
+      static_assert(AS % 4 == 0, "rows of whole 16-byte runs");
+      auto rowPart = [&](int b, int part) {
+        return *reinterpret_cast<const float4 *>(a + (b * Rows + i) * AS +
+                                                 b * Rows + 4 * part);
+      };
+      float4 row[Blocks], next[Blocks];
 #pragma unroll
-    for (int m = 0; m < Rows - 1; ++m)
+      for (int b = 0; b < Blocks; ++b)
+        row[b] = rowPart(b, 0);
 #pragma unroll
-      for (int b = 0; b < Blocks; ++b) {
-        const float y = __shfl_sync(0xffffffffu, x[b], m, 16);
-        if (i > m)
-          x[b] -= a[(b * Rows + i) * AS + b * Rows + m] * y;
+      for (int part = 0; part < Rows / 4; ++part) {
+        if (part + 1 < Rows / 4)
+#pragma unroll
+          for (int b = 0; b < Blocks; ++b)
+            next[b] = rowPart(b, part + 1);
+#pragma unroll
+        for (int u = 0; u < 4 && 4 * part + u < Rows - 1; ++u) {
+          const int m = 4 * part + u;
+#pragma unroll
+          for (int b = 0; b < Blocks; ++b) {
+            const float y = __shfl_sync(0xffffffffu, x[b], m, 16);
+            const float am = u == 0   ? row[b].x
+                             : u == 1 ? row[b].y
+                             : u == 2 ? row[b].z
+                                      : row[b].w;
+            if (i > m)
+              x[b] -= am * y;
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < Blocks; ++b)
+          row[b] = next[b];
       }
+    } else {
+#pragma unroll
+      for (int m = 0; m < Rows - 1; ++m)
+#pragma unroll
+        for (int b = 0; b < Blocks; ++b) {
+          const float y = __shfl_sync(0xffffffffu, x[b], m, 16);
+          if (i > m)
+            x[b] -= a[(b * Rows + i) * AS + b * Rows + m] * y;
+        }
+    }
 #pragma unroll
     for (int b = 0; b < Blocks; ++b)
       inverses[(b * Rows + i) * IS + column] = x[b];
@@ -891,8 +930,8 @@ LINAC_DEVICE void prepareBuffer(const typename Layout::Buffer &buffer, int p,
   // Without an erase A is zero, T the identity, U' = U and W nothing.
   if constexpr (Layer::kErase) {
     // 4. T = (I + A)^-1 in place of A.
-    invertUnitLower<AS, IS>(Layout::a(), Layout::inverses(), Layout::scratch(),
-                            p, prepared);
+    invertUnitLower<AS, IS, false>(Layout::a(), Layout::inverses(),
+                                   Layout::scratch(), p, prepared);
 
     // 5. U' = T U, then W = T (E (.) Gamma): warp p takes rows 16(p % 4)..
     // and half p / 4 of the columns into registers, and once every warp

@@ -373,20 +373,35 @@ LINAC_DEVICE void prepareErase(char *base, uint32_t b, float *lambda,
   sync();
   if (afterSolved)
     barrierWait(kSolvedRead, warpgroupThreads(V));
-  invertUnitLower<AS, IS>(a, reinterpret_cast<float *>(base + kMap.inverses),
-                          reinterpret_cast<float *>(base + kMap.scratch), warp,
-                          sync);
-  // T into its tile, eight columns (a 16-byte piece) a step.
+  invertUnitLower<AS, IS, true>(
+      a, reinterpret_cast<float *>(base + kMap.inverses),
+      reinterpret_cast<float *>(base + kMap.scratch), warp, sync);
+  // T into its tile, eight columns (a 16-byte piece) a step, each piece
+  // from two 16-byte loads. Consecutive threads take consecutive rows of
+  // one column run: their loads (rows 4 banks apart) and their swizzled
+  // stores are free of bank conflicts.
   static_assert(kMap.a - kMap.inverses >= C * wgmma::kRowBytes &&
                     kMap.inverses % wgmma::kAtomBytes == 0,
                 "T's tile fits over the inverses and the scratch");
-  for (int piece = threadIdx.x; piece < C * C / 8;
-       piece += 32 * kProducerWarps) {
-    const int t = piece / (C / 8), s = piece % (C / 8) * 8;
-    Run<__nv_bfloat16, 8> run;
+  constexpr int ProducerThreads = 32 * kProducerWarps;
+  static_assert(AS % 4 == 0 && kMap.a % 16 == 0 &&
+                    C * C / 8 % ProducerThreads == 0,
+                "rows of whole 16-byte runs; every thread as many pieces");
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
-      run.x[i] = __float2bfloat16(a[t * AS + s + i]);
+  for (int n = 0; n < C * C / 8 / ProducerThreads; ++n) {
+    const int piece = threadIdx.x + n * ProducerThreads;
+    const int t = piece % C, s = piece / C * 8;
+    const float4 lo = *reinterpret_cast<const float4 *>(a + t * AS + s),
+                 hi = *reinterpret_cast<const float4 *>(a + t * AS + s + 4);
+    Run<__nv_bfloat16, 8> run;
+    run.x[0] = __float2bfloat16(lo.x);
+    run.x[1] = __float2bfloat16(lo.y);
+    run.x[2] = __float2bfloat16(lo.z);
+    run.x[3] = __float2bfloat16(lo.w);
+    run.x[4] = __float2bfloat16(hi.x);
+    run.x[5] = __float2bfloat16(hi.y);
+    run.x[6] = __float2bfloat16(hi.z);
+    run.x[7] = __float2bfloat16(hi.w);
     *reinterpret_cast<Run<__nv_bfloat16, 8> *>(
         base + kMap.inverses + wgmma::swizzledOffset(C, t, s)) = run;
   }

@@ -2,9 +2,11 @@
 # Run on a GPU machine: builds the runtime, linac-run and the GPU check
 # there (no MLIR needed), checks every package against the fp64 reference
 # and benchmarks them. Options (--rounds N, --reps N, --bench-only) go to
-# linac-gpu-check; --parallel P splits the rounds over P checkers side by
-# side (the fp64 reference runs on the host, one core each), each writing
-# its log to build-gpu/check-P.log, and then benchmarks once. --python runs
+# linac-gpu-check; --parallel P runs P checkers side by side (the fp64
+# reference runs on the host, one core each), each on a share of the
+# packages with every round, or, with fewer packages than checkers, on
+# every package with a share of the rounds; each writes its log to
+# build-gpu/check-P.log, and then the packages are benchmarked once. --python runs
 # the Python package's tests on CUDA tensors instead (python3 with torch,
 # its headers and pytest), with linac.torch's C++ module built there.
 # Packages default to those tests/gpu/prepare.sh compiled.
@@ -53,11 +55,19 @@ check=build-gpu/bin/linac-gpu-check
 if [ "$parallel" -le 1 ]; then
   exec "$check" --bench --rounds "$rounds" "${options[@]}" "${packages[@]}"
 fi
-each=$(( (rounds + parallel - 1) / parallel ))
 pids=()
 for p in $(seq "$parallel"); do
-  "$check" --rounds "$each" "${options[@]}" "${packages[@]}" \
-    > "build-gpu/check-$p.log" 2>&1 &
+  if [ ${#packages[@]} -ge "$parallel" ]; then
+    share=()
+    for ((i = p - 1; i < ${#packages[@]}; i += parallel)); do
+      share+=("${packages[$i]}")
+    done
+    "$check" --rounds "$rounds" "${options[@]}" "${share[@]}" \
+      > "build-gpu/check-$p.log" 2>&1 &
+  else
+    "$check" --rounds $(( (rounds + parallel - 1) / parallel )) \
+      "${options[@]}" "${packages[@]}" > "build-gpu/check-$p.log" 2>&1 &
+  fi
   pids+=($!)
 done
 status=0

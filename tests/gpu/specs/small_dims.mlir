@@ -1,5 +1,5 @@
-// Gated DeltaNet at K = V = 16: one tile of keys and of values, the
-// smallest state the chunkwise kernels take. The GPU check covers it;
+// Gated DeltaNet at K = V = 16: one tile of keys and of values, a state
+// the chunkwise kernels take unpadded. The GPU check covers it;
 // tests/gpu/prepare.sh compiles it beside the examples.
 !key = tensor<16xf32, #linac.key>
 !value = tensor<16xf32, #linac.value>

@@ -443,6 +443,16 @@ std::vector<NamedCase> cases() {
   });
   all.back().segmentTokens = 0;
   all.back().chunkwiseOnly = true;
+  // The longest sequence the forward issue names, one head, on the
+  // runtime's cut; and 1024 (sequence, head) pairs, each a chunk and a part.
+  add("T65536-auto", DType::BFloat16, [](Case &c) {
+    c.batch = 1, c.tokens = 65536, c.heads = 1, c.keyHeads = 1;
+  });
+  all.back().segmentTokens = 0;
+  all.back().chunkwiseOnly = true;
+  add("BH1024", DType::BFloat16, [](Case &c) {
+    c.batch = 64, c.tokens = 70, c.heads = 16, c.keyHeads = 16;
+  });
   return all;
 }
 

@@ -145,6 +145,18 @@ TEST(CpuThreads, PiecesWhereWorkersIdle) {
   EXPECT_TRUE(cutSequences(offsets.data(), 1, 1, 2, 64, true, 0).empty());
   // Eight workers: nine pieces either way.
   EXPECT_EQ(cutSequences(offsets.data(), 1, 1, 8, 64, true, 0).size(), 9u);
+  // The first piece half as long as the others, where it runs once
+  // beside middle pieces that take half a piece's time; a request keeps
+  // equal pieces.
+  pieces = cutSequences(offsets.data(), 1, 1, 2, 64, false, 0, 0.5);
+  expectTiles(pieces, offsets, 64);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0].end - pieces[0].begin, 52 * 64);
+  EXPECT_EQ(pieces[1].end - pieces[1].begin, 103 * 64);
+  EXPECT_EQ(pieces[2].end - pieces[2].begin, 101 * 64);
+  pieces = cutSequences(offsets.data(), 1, 1, 2, 64, false, 4096, 0.5);
+  ASSERT_EQ(pieces.size(), 4u);
+  EXPECT_EQ(pieces[0].end - pieces[0].begin, 4096);
   const std::vector<int64_t> shortOne{0, 500};
   // Eight chunks keep two pieces of four at most, which gain nothing.
   EXPECT_TRUE(cutSequences(shortOne.data(), 1, 1, 8, 64, false, 0).empty());

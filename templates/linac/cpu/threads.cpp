@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <thread>
 #include <vector>
 
@@ -57,14 +58,17 @@ void forEachTask(int64_t count, int32_t threads, TaskBody body, void *context) {
 std::vector<SequencePiece> cutSequences(const int64_t *offsets,
                                         int64_t sequences, int64_t heads,
                                         int32_t threads, int chunkSize,
-                                        bool erase, int64_t segmentTokens) {
+                                        bool erase, int64_t segmentTokens,
+                                        double firstShare) {
   if (segmentTokens < 0 || sequences <= 0 || heads <= 0)
     return {};
   // With P workers a (sequence, head) pair and n = P + 1 pieces, the first
   // piece and the middle ones' local states run side by side, then every
   // piece after the first from its true state: 2/n of the pass where the
   // whole sequence took all of it, or with an erase (a middle piece's
-  // transition doubling it) 3/n. Pieces keep a few chunks each.
+  // transition doubling it) 3/n; with the first piece r of a later one,
+  // where a middle piece's local state takes r of its whole time,
+  // (1 + r) / (n - 1 + r). Pieces keep a few chunks each.
   constexpr int64_t kFewestChunks = 4;
   const int64_t pairs = sequences * heads;
   const int64_t perPair = std::max<int32_t>(threads, 1) / pairs;
@@ -82,14 +86,24 @@ std::vector<SequencePiece> cutSequences(const int64_t *offsets,
                              : std::min(perPair + 1, chunks / kFewestChunks);
     if (count < 1 || (most == 0 && count < fewestPieces))
       count = 1;
-    // Equal pieces of whole chunks, as many as that takes.
-    const int64_t perPiece = std::max<int64_t>((chunks + count - 1) / count, 1);
-    count = std::max<int64_t>((chunks + perPiece - 1) / perPiece, 1);
-    const int64_t length = perPiece * chunkSize;
-    for (int64_t i = 0; i < count; ++i)
-      pieces.push_back({seq, std::min(end, begin + i * length),
-                        i + 1 == count ? end : begin + (i + 1) * length,
-                        int32_t(i), i + 1 == count});
+    // Pieces of whole chunks, as many as that takes: equal, or with the
+    // first one firstShare of the others where the workers call for them.
+    const double share = most == 0 && count > 2 ? firstShare : 1.0;
+    const int64_t perPiece = std::max<int64_t>(
+        int64_t(std::ceil(double(chunks) / (double(count - 1) + share))), 1);
+    const int64_t firstChunks =
+        share == 1.0 ? perPiece
+                     : std::max<int64_t>(std::llround(share * perPiece), 1);
+    count = 1 + std::max<int64_t>(
+                    (chunks - firstChunks + perPiece - 1) / perPiece, 0);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t from = i == 0 ? 0 : firstChunks + (i - 1) * perPiece;
+      const int64_t to = firstChunks + i * perPiece;
+      pieces.push_back(
+          {seq, std::min(end, begin + from * chunkSize),
+           i + 1 == count ? end : std::min(end, begin + to * chunkSize),
+           int32_t(i), i + 1 == count});
+    }
     cut = cut || pieces.back().index > 0;
   }
   if (!cut)

@@ -66,14 +66,19 @@ struct SequencePiece {
 
 /// How a forward over `threads` workers cuts its sequences (`offsets`,
 /// sequences + 1 of them) into pieces of whole chunks of `chunkSize`:
-/// `segmentTokens` > 0 into pieces of that many tokens rounded up to whole
-/// chunks, -1 never, 0 when fewer (sequence, head) pairs than workers
+/// `segmentTokens` > 0 into equal pieces of that many tokens rounded up to
+/// whole chunks, -1 never, 0 when fewer (sequence, head) pairs than workers
 /// leave workers idle and pieces gain (`erase`: each middle piece then
-/// runs twice as long, for its transition). Empty when no sequence is cut.
+/// runs twice as long, for its transition). In that last cut each
+/// sequence's first piece is `firstShare` times as long as each later one:
+/// it runs only in the first pass, beside the middle pieces' states from
+/// zeros, which take that share of a piece's whole time (firstPieceShare
+/// in layer.h). Empty when no sequence is cut.
 std::vector<SequencePiece> cutSequences(const int64_t *offsets,
                                         int64_t sequences, int64_t heads,
                                         int32_t threads, int chunkSize,
-                                        bool erase, int64_t segmentTokens);
+                                        bool erase, int64_t segmentTokens,
+                                        double firstShare = 1.0);
 
 } // namespace linac::cpu
 

@@ -76,7 +76,8 @@ TEST_P(CpuNumerics, AnyThreadCount) {
 // Sequences cut into pieces that run side by side, composed exactly: by
 // request (pieces of one and of two chunks, a varlen batch whose short
 // sequences stay whole) and where idle workers call for them (one head of
-// one long sequence on eight workers), under strong gates too.
+// one long sequence on eight workers, the first piece shorter than the
+// others without an erase), under strong gates too.
 TEST_P(CpuNumerics, Pieces) {
   for (int64_t segmentTokens : {64, 100}) {
     SCOPED_TRACE("segment tokens = " + std::to_string(segmentTokens));

@@ -526,9 +526,8 @@ void statesForward(const linac_cpu_forward_args &args) {
 /// workers on one head of 16384 tokens (the cut's three pieces), linear
 /// attention, RetNet and Mamba-2 were fastest near 0.5 and GLA near 0.65
 /// (per-channel factors, a key vector's or a value-side decay's, make the
-/// state's products the larger part);
-/// with an erase a middle piece's transition takes as long again as its
-/// state, so the pieces stay equal.
+/// state's products the larger part). With an erase a middle piece's
+/// transition takes as long again as its state, so the pieces stay equal.
 template <typename Layer> constexpr double firstPieceShare() {
   if constexpr (Layer::kErase)
     return 1.0;

@@ -92,8 +92,7 @@ std::vector<SequencePiece> cutSequences(const int64_t *offsets,
     const int64_t perPiece = std::max<int64_t>(
         int64_t(std::ceil(double(chunks) / (double(count - 1) + share))), 1);
     const int64_t firstChunks =
-        share == 1.0 ? perPiece
-                     : std::max<int64_t>(std::llround(share * perPiece), 1);
+        std::max<int64_t>(std::llround(share * double(perPiece)), 1);
     count = 1 + std::max<int64_t>(
                     (chunks - firstChunks + perPiece - 1) / perPiece, 0);
     for (int64_t i = 0; i < count; ++i) {
